@@ -1,0 +1,2 @@
+//! graft-net: bytes and peers. Knows nothing of processes.
+#![forbid(unsafe_code)]

@@ -1,0 +1,1 @@
+//! `#[derive(Mobile)]` for graft (filled in by the graph serialisation work).
