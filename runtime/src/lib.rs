@@ -1,6 +1,97 @@
-//! graft: Erlang/OTP-style processes for Rust.
+//! graft: Erlang/OTP-style processes for Rust, on plain OS threads.
+//!
+//! Processes are green threads (stackful coroutines on pooled, guarded
+//! stacks) run by an M:N work-stealing scheduler. They share nothing and talk
+//! by messages; they monitor and link to each other; a panic ends only the
+//! process that panicked.
+//!
+//! ```
+//! use graft::*;
+//!
+//! let node = Node::start(NodeConfig::new("127.0.0.1:0")).unwrap();
+//! let total = node.run(|| {
+//!     let me = self_pid();
+//!     for i in 0..10u64 {
+//!         spawn(move || send(me, i * i));
+//!     }
+//!     (0..10).map(|_| expect::<u64>()).sum::<u64>()
+//! }).unwrap();
+//! assert_eq!(total, 285);
+//! node.shutdown();
+//! ```
+//!
+//! # Key concepts
+//!
+//! * [`Node`]: owns the scheduler threads, the timer, the blocking pool and
+//!   every process. [`Node::run`] runs a root process and returns its value.
+//! * [`Pid`]: names a process for ever (pids are never reused).
+//! * Messages: any `Send + 'static` value ([`Message`]); [`send`] never
+//!   blocks; [`receive`] is selective (by type, then guard), [`expect`] takes
+//!   the next message of one type.
+//! * Failure: [`monitor`] gives [`ProcessDied`]; [`link`] ties lifetimes;
+//!   [`trap_exits`] turns exit signals into [`ExitSignal`] messages;
+//!   [`exit`] sends a signal.
+//!
+//! # Processes move between threads
+//!
+//! A process may resume on another worker thread after any call that can
+//! yield (`receive`, `expect`, `sleep`, `yield_now`, `blocking`, a `send`
+//! that blocks on a full channel). **Never hold a `thread_local!` borrow, a
+//! `std`/`parking_lot` lock guard, or any `!Send` value across such a call**:
+//! the borrow would point into another thread's storage, and the guard would
+//! be released on a thread that did not take it. Keep per-process state in
+//! [`local`] (it moves with the process), or spawn with
+//! [`spawn_opts`]`().pinned()` to stay on one worker.
+//!
+//! A process yields only at runtime calls: a loop that never makes one keeps
+//! its worker (other workers steal the rest of the work). Put blocking
+//! system calls in [`blocking`].
+//!
+//! Supervision needs unwinding: build with `panic = "unwind"` (the default).
 #![deny(unsafe_op_in_unsafe_fn)]
+#![warn(clippy::undocumented_unsafe_blocks)]
 
+mod api;
+mod context;
+mod coroutine;
+mod error;
+mod exit;
+mod loom;
+mod node;
 mod pid;
+mod process;
+mod sched;
+mod stack;
+mod table;
 
+pub use api::{
+    blocking, cancel_timer, demonitor, demonitor_flush, exit, exit_self, is_alive, link, local,
+    make_ref, monitor, process_count, process_info, processes, register, registered, self_pid,
+    send, send_after, send_to, sleep, spawn, spawn_link, spawn_monitor, spawn_opts, terminate,
+    this_node, trap_exits, try_self_pid, unlink, unregister, whereis, yield_now, Dest, Message,
+    ProcessInfo, SpawnOpts,
+};
+pub use error::Error;
+pub use exit::{ExitReason, ExitSignal, ProcessDied};
+pub use node::{Node, NodeConfig};
 pub use pid::{MonitorRef, NodeId, Pid};
+pub use process::receive::{expect, expect_timeout, receive, Receive, Unknown};
+pub use process::state::Status;
+pub use sched::timer::TimerRef;
+pub use stack::{ensure_map_count, max_map_count};
+
+/// The receive clause types (named in signatures only).
+pub mod clause {
+    pub use crate::process::receive::{Any, Clause, Clauses, On, When};
+    #[doc(hidden)]
+    pub use crate::process::Mail;
+}
+
+/// The concurrent protocols, exposed for the loom models in
+/// `graft-loom-tests`. Not part of the API.
+#[doc(hidden)]
+pub mod __loom {
+    pub use crate::process::mailbox::Mailbox;
+    pub use crate::process::state::ProcState;
+    pub use crate::sched::idle::{Idle, Parker};
+}

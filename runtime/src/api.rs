@@ -1,0 +1,795 @@
+//! The calls a process makes: identity, spawn, send, monitors and links,
+//! exit signals, names, time, blocking work.
+//!
+//! All of them act on "the process running on this thread". Outside a process
+//! they return [`Error::NotInProcess`] where they return a `Result`, and
+//! otherwise panic with a message naming the call (except `send`, which logs
+//! and drops the message, so that `Drop` code cannot turn an unwind into an
+//! abort).
+
+use crate::context;
+use crate::coroutine::{suspend, Suspend};
+use crate::error::Error;
+use crate::exit::{ExitReason, ProcessDied};
+use crate::loom::Ordering;
+use crate::node::{NodeShared, SpawnSpec};
+use crate::pid::{MonitorRef, NodeId, Pid};
+use crate::process::state::Status;
+use crate::process::{ExitUnwind, Mail, Process};
+use crate::sched::timer::{Action, TimerRef};
+use std::any::{Any, TypeId};
+use std::time::{Duration, Instant};
+
+/// What can be sent as a message: any `Send + 'static` value.
+///
+/// Local messages travel by pointer and are never copied.
+pub trait Message: Any + Send + 'static {}
+impl<T: Any + Send + 'static> Message for T {}
+
+/// The running process, or a panic naming `call`.
+#[inline]
+pub(crate) fn current(call: &'static str) -> &'static Process {
+    match context::process() {
+        Some(p) => p,
+        None => not_in_process(call),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn not_in_process(call: &'static str) -> ! {
+    panic!("{}", Error::NotInProcess(call))
+}
+
+/// The node of the running process.
+#[inline]
+pub(crate) fn node() -> &'static NodeShared {
+    match context::worker() {
+        Some(w) => {
+            let n: &NodeShared = &w.node;
+            // SAFETY: the worker's `Arc<NodeShared>` lives as long as the
+            // worker thread, which outlives every call made on it; callers do
+            // not keep the reference past the current runtime call.
+            unsafe { &*(n as *const NodeShared) }
+        }
+        None => not_in_process("node"),
+    }
+}
+
+/// Suspends the running process until something wakes it.
+#[inline]
+pub(crate) fn park_current(me: &Process) {
+    suspend_current(me, Suspend::Park);
+}
+
+#[inline]
+fn suspend_current(me: &Process, why: Suspend) {
+    // SAFETY: `me` is the running process; the yielder pointer was stored by
+    // its own body and points into its own (live) stack.
+    let y = unsafe { me.local().yielder.expect("a running process has a yielder") };
+    // SAFETY: as above.
+    suspend(unsafe { &*y }, why);
+}
+
+/// Ends the running process with `reason` (unwinding its stack).
+fn exit_now(reason: ExitReason) -> ! {
+    std::panic::resume_unwind(Box::new(ExitUnwind(reason)))
+}
+
+/// The pid of the running process.
+///
+/// # Panics
+///
+/// Outside a process.
+///
+/// ```
+/// let node = graft::Node::start(graft::NodeConfig::new("127.0.0.1:0")).unwrap();
+/// let pid = node.run(graft::self_pid).unwrap();
+/// assert_eq!(pid.node(), node.id());
+/// ```
+pub fn self_pid() -> Pid {
+    current("self_pid").pid
+}
+
+/// The pid of the running process, or `None` outside one.
+pub fn try_self_pid() -> Option<Pid> {
+    context::process().map(|p| p.pid)
+}
+
+/// The node the running process lives on.
+///
+/// # Panics
+///
+/// Outside a process.
+pub fn this_node() -> NodeId {
+    node().id
+}
+
+/// A new unique reference.
+pub fn make_ref() -> MonitorRef {
+    node().make_ref()
+}
+
+/// Options for one spawn; see [`spawn_opts`].
+#[derive(Debug, Default, Clone)]
+pub struct SpawnOpts {
+    spec: SpawnSpec,
+}
+
+/// Starts building a spawn with options.
+///
+/// ```
+/// use graft::*;
+/// let node = Node::start(NodeConfig::new("127.0.0.1:0")).unwrap();
+/// let ok = node.run(|| {
+///     let parent = self_pid();
+///     spawn_opts().stack_size(256 * 1024).pinned().spawn(move || send(parent, 1u8)).unwrap();
+///     expect::<u8>()
+/// }).unwrap();
+/// assert_eq!(ok, 1);
+/// ```
+pub fn spawn_opts() -> SpawnOpts {
+    SpawnOpts::default()
+}
+
+impl SpawnOpts {
+    /// Stack size for this process (virtual; default the node's).
+    pub fn stack_size(mut self, bytes: usize) -> SpawnOpts {
+        self.spec.stack_size = Some(bytes);
+        self
+    }
+    /// Keep the process on the worker that spawns it: it never migrates, so
+    /// it may hold thread-local state across yields.
+    pub fn pinned(mut self) -> SpawnOpts {
+        self.spec.pinned = true;
+        self
+    }
+    /// Link the new process to the caller (atomically with the spawn).
+    pub fn link(mut self) -> SpawnOpts {
+        self.spec.link = Some(self_pid());
+        self
+    }
+    /// Start the process with exits trapped.
+    pub fn trap_exits(mut self) -> SpawnOpts {
+        self.spec.trap_exits = true;
+        self
+    }
+    /// Spawns `f`.
+    ///
+    /// # Errors
+    ///
+    /// `Error::NodeDown` when the node stops; `Error::Resource` when no stack
+    /// can be had (see [`ensure_map_count`](crate::ensure_map_count)).
+    pub fn spawn<F: FnOnce() + Send + 'static>(self, f: F) -> Result<Pid, Error> {
+        let linked = self.spec.link.is_some();
+        let pid = node().spawn(self.spec, f)?;
+        if linked {
+            // The child already lists us (before it could run); list the child.
+            current("spawn").meta.lock().links.push(pid);
+        }
+        Ok(pid)
+    }
+}
+
+fn spawn_or_log<F: FnOnce() + Send + 'static>(opts: SpawnOpts, f: F) -> Pid {
+    match opts.spawn(f) {
+        Ok(pid) => pid,
+        Err(e) => {
+            log::error!("graft: spawn failed: {e}");
+            // A pid that never lived: monitors and links on it see NoProc.
+            Pid::new(node().id, node().creation, 0)
+        }
+    }
+}
+
+/// Spawns a process on this node running `f`.
+///
+/// If the process cannot be started (node stopping, no stack) the error is
+/// logged and a pid that is already dead is returned (as Erlang would give a
+/// process that exits at once); use [`SpawnOpts::spawn`] to handle it.
+///
+/// # Panics
+///
+/// Outside a process (use [`Node::spawn`](crate::Node::spawn)).
+///
+/// ```
+/// use graft::*;
+/// let node = Node::start(NodeConfig::new("127.0.0.1:0")).unwrap();
+/// let v = node.run(|| {
+///     let me = self_pid();
+///     spawn(move || send(me, 42u32));
+///     expect::<u32>()
+/// }).unwrap();
+/// assert_eq!(v, 42);
+/// ```
+pub fn spawn<F: FnOnce() + Send + 'static>(f: F) -> Pid {
+    spawn_or_log(SpawnOpts::default(), f)
+}
+
+/// Spawns and links in one step (Erlang's `spawn_link`).
+pub fn spawn_link<F: FnOnce() + Send + 'static>(f: F) -> Pid {
+    spawn_or_log(SpawnOpts::default().link(), f)
+}
+
+/// Spawns and monitors in one step (Erlang's `spawn_monitor`).
+pub fn spawn_monitor<F: FnOnce() + Send + 'static>(f: F) -> (Pid, MonitorRef) {
+    let me = current("spawn_monitor");
+    let r = node().make_ref();
+    let spec = SpawnSpec {
+        monitor: Some((r, me.pid)),
+        ..SpawnSpec::default()
+    };
+    // SAFETY: `me` is the running process.
+    unsafe { me.local() }.monitors.push((r, Pid::new(node().id, 0, 0)));
+    match node().spawn(spec, f) {
+        Ok(pid) => {
+            // SAFETY: as above.
+            let mons = &mut unsafe { me.local() }.monitors;
+            if let Some(m) = mons.iter_mut().find(|(mr, _)| *mr == r) {
+                m.1 = pid;
+            }
+            (pid, r)
+        }
+        Err(e) => {
+            log::error!("graft: spawn failed: {e}");
+            let pid = Pid::new(node().id, node().creation, 0);
+            me.deliver(Mail::Down(ProcessDied {
+                pid,
+                reason: ExitReason::NoProc,
+                monitor: r,
+            }));
+            (pid, r)
+        }
+    }
+}
+
+/// Where a message can go.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Dest {
+    /// A process.
+    Pid(Pid),
+    /// A name registered on this node.
+    Name(String),
+    /// A name registered on another node.
+    Remote(String, NodeId),
+}
+
+impl From<Pid> for Dest {
+    fn from(p: Pid) -> Dest {
+        Dest::Pid(p)
+    }
+}
+impl From<&str> for Dest {
+    fn from(s: &str) -> Dest {
+        Dest::Name(s.to_string())
+    }
+}
+impl From<String> for Dest {
+    fn from(s: String) -> Dest {
+        Dest::Name(s)
+    }
+}
+impl From<(&str, NodeId)> for Dest {
+    fn from((s, n): (&str, NodeId)) -> Dest {
+        Dest::Remote(s.to_string(), n)
+    }
+}
+
+/// Sends `msg` to `to`. Never blocks, never fails: a message to a process
+/// that has exited is dropped (Erlang's rule). Messages from one process to
+/// another arrive in the order they were sent.
+///
+/// ```
+/// use graft::*;
+/// let node = Node::start(NodeConfig::new("127.0.0.1:0")).unwrap();
+/// let s = node.run(|| { send(self_pid(), String::from("hi")); expect::<String>() }).unwrap();
+/// assert_eq!(s, "hi");
+/// ```
+#[inline]
+pub fn send<M: Message>(to: Pid, msg: M) {
+    match context::worker() {
+        Some(w) => w.node.deliver(to, Mail::Msg(Box::new(msg))),
+        None => log::warn!("graft: send to {to} outside a process: message dropped"),
+    }
+}
+
+/// Sends to a pid, a registered name, or a name on another node.
+///
+/// # Errors
+///
+/// `Error::NotRegistered` for a name no process holds;
+/// `Error::NotInProcess` outside a process.
+///
+/// ```
+/// use graft::*;
+/// let node = Node::start(NodeConfig::new("127.0.0.1:0")).unwrap();
+/// node.run(|| {
+///     assert!(matches!(send_to("nobody", 1u8), Err(Error::NotRegistered(_))));
+///     register("me", self_pid()).unwrap();
+///     send_to("me", 2u8).unwrap();
+///     assert_eq!(expect::<u8>(), 2);
+/// }).unwrap();
+/// ```
+pub fn send_to<M: Message>(to: impl Into<Dest>, msg: M) -> Result<(), Error> {
+    let Some(w) = context::worker() else {
+        return Err(Error::NotInProcess("send_to"));
+    };
+    match to.into() {
+        Dest::Pid(p) => w.node.deliver(p, Mail::Msg(Box::new(msg))),
+        Dest::Name(n) => match w.node.registry.lookup(&n) {
+            Some(p) => w.node.deliver(p, Mail::Msg(Box::new(msg))),
+            None => return Err(Error::NotRegistered(n)),
+        },
+        Dest::Remote(n, node) if node == w.node.id => match w.node.registry.lookup(&n) {
+            Some(p) => w.node.deliver(p, Mail::Msg(Box::new(msg))),
+            None => return Err(Error::NotRegistered(n)),
+        },
+        Dest::Remote(n, node) => {
+            return Err(Error::Resource(format!(
+                "no connection to {node} to send to {n:?}"
+            )))
+        }
+    }
+    Ok(())
+}
+
+/// Watches `pid`: when it ends, a [`ProcessDied`] arrives, once. Monitoring a
+/// process that is dead or never existed delivers `ProcessDied` with
+/// `ExitReason::NoProc` at once.
+///
+/// # Panics
+///
+/// Outside a process.
+///
+/// ```
+/// use graft::*;
+/// let node = Node::start(NodeConfig::new("127.0.0.1:0")).unwrap();
+/// let reason = node.run(|| {
+///     let child = spawn(|| { expect::<()>(); panic!("boom") });
+///     let r = monitor(child);
+///     send(child, ());
+///     let d: ProcessDied = expect();
+///     assert_eq!(d.monitor, r);
+///     d.reason
+/// }).unwrap();
+/// assert_eq!(reason, ExitReason::Other("boom".into()));
+/// ```
+pub fn monitor(pid: Pid) -> MonitorRef {
+    let me = current("monitor");
+    let n = node();
+    let r = n.make_ref();
+    // SAFETY: `me` is the running process.
+    unsafe { me.local() }.monitors.push((r, pid));
+    let added = n.is_local(pid)
+        && pid.creation() == n.creation
+        && n.table
+            .with(pid.serial(), |t| {
+                let mut m = t.meta.lock();
+                if m.exited {
+                    false
+                } else {
+                    m.watchers.push((r, me.pid));
+                    true
+                }
+            })
+            .unwrap_or(false);
+    if !added {
+        me.deliver(Mail::Down(ProcessDied {
+            pid,
+            reason: ExitReason::NoProc,
+            monitor: r,
+        }));
+    }
+    r
+}
+
+/// Cancels a monitor. Once this returns, no `ProcessDied` for it that was
+/// not already received is delivered... except one already taken into the
+/// private queue; [`demonitor_flush`] removes that one too.
+pub fn demonitor(r: MonitorRef) {
+    let me = current("demonitor");
+    // SAFETY: `me` is the running process.
+    let mons = &mut unsafe { me.local() }.monitors;
+    let Some(i) = mons.iter().position(|(mr, _)| *mr == r) else {
+        return;
+    };
+    let (_, target) = mons.swap_remove(i);
+    let n = node();
+    if n.is_local(target) {
+        n.table.with(target.serial(), |t| {
+            t.meta.lock().watchers.retain(|(wr, _)| *wr != r);
+        });
+    }
+}
+
+/// [`demonitor`], and remove a `ProcessDied` for `r` already in the mailbox.
+pub fn demonitor_flush(r: MonitorRef) {
+    demonitor(r);
+    let me = current("demonitor_flush");
+    // SAFETY: `me` is the running process.
+    unsafe { me.drain() };
+    // SAFETY: as above.
+    unsafe { me.local() }
+        .saved
+        .retain(|m| !matches!(m, Mail::Down(d) if d.monitor == r));
+}
+
+/// Links the caller and `pid`: when either ends abnormally, the other gets an
+/// exit signal (see [`trap_exits`]). Linking to a dead or unknown process
+/// sends the caller an exit signal with `NoProc`.
+pub fn link(pid: Pid) {
+    let me = current("link");
+    if pid == me.pid {
+        return;
+    }
+    {
+        let mut m = me.meta.lock();
+        if m.links.contains(&pid) {
+            return;
+        }
+        m.links.push(pid);
+    }
+    let n = node();
+    let added = n.is_local(pid)
+        && pid.creation() == n.creation
+        && n.table
+            .with(pid.serial(), |t| {
+                let mut m = t.meta.lock();
+                if m.exited {
+                    false
+                } else {
+                    if !m.links.contains(&me.pid) {
+                        m.links.push(me.pid);
+                    }
+                    true
+                }
+            })
+            .unwrap_or(false);
+    if !added {
+        me.deliver(Mail::Signal {
+            from: pid,
+            reason: ExitReason::NoProc,
+            link: true,
+        });
+    }
+}
+
+/// Removes the link between the caller and `pid`; no exit signal from it is
+/// acted on after this returns.
+pub fn unlink(pid: Pid) {
+    let me = current("unlink");
+    me.meta.lock().links.retain(|p| *p != pid);
+    let n = node();
+    if n.is_local(pid) {
+        n.table.with(pid.serial(), |t| {
+            t.meta.lock().links.retain(|p| *p != me.pid);
+        });
+    }
+}
+
+/// With `true`, exit signals (except `Kill`) arrive as [`ExitSignal`]
+/// messages instead of ending the caller. Returns the previous setting.
+///
+/// [`ExitSignal`]: crate::ExitSignal
+pub fn trap_exits(on: bool) -> bool {
+    let me = current("trap_exits");
+    me.meta.lock().trap_exits = on;
+    // SAFETY: `me` is the running process.
+    std::mem::replace(&mut unsafe { me.local() }.trap_exits, on)
+}
+
+/// Sends an exit signal to `pid`. `Kill` ends it unconditionally (its links
+/// see `Killed`); other reasons end it unless it traps exits (then it gets an
+/// [`ExitSignal`](crate::ExitSignal) message); `Normal` is ignored by a
+/// process that does not trap exits.
+pub fn exit(pid: Pid, reason: ExitReason) {
+    let me = current("exit");
+    node().deliver(
+        pid,
+        Mail::Signal {
+            from: me.pid,
+            reason,
+            link: false,
+        },
+    );
+    if pid == me.pid {
+        // SAFETY: `me` is the running process; acts on the signal now.
+        unsafe { me.drain() };
+    }
+}
+
+/// Ends the running process with reason `Normal` (its stack unwinds, `Drop`
+/// runs).
+pub fn terminate() -> ! {
+    let _ = current("terminate");
+    exit_now(ExitReason::Normal)
+}
+
+/// Ends the running process with `reason`.
+pub fn exit_self(reason: ExitReason) -> ! {
+    let _ = current("exit_self");
+    exit_now(reason)
+}
+
+/// Registers `pid` under `name` on this node.
+///
+/// # Errors
+///
+/// `NameTaken` if another process holds the name, `AlreadyRegistered` if
+/// `pid` has a name, `NoProc` if `pid` is not alive here, `NotInProcess`
+/// outside a process.
+pub fn register(name: &str, pid: Pid) -> Result<(), Error> {
+    let Some(w) = context::worker() else {
+        return Err(Error::NotInProcess("register"));
+    };
+    let n = &w.node;
+    if !n.is_local(pid) || pid.creation() != n.creation {
+        return Err(Error::NoProc(pid));
+    }
+    let Some(p) = n.table.get(pid.serial()) else {
+        return Err(Error::NoProc(pid));
+    };
+    n.registry.insert_with(name, pid, || {
+        let mut m = p.meta.lock();
+        if m.exited {
+            return Err(Error::NoProc(pid));
+        }
+        if let Some(old) = &m.name {
+            return Err(Error::AlreadyRegistered(pid, old.clone()));
+        }
+        m.name = Some(name.to_string());
+        Ok(())
+    })
+}
+
+/// Removes a registered name; returns who had it.
+pub fn unregister(name: &str) -> Option<Pid> {
+    let w = context::worker()?;
+    let pid = w.node.registry.remove(name)?;
+    w.node.table.with(pid.serial(), |p| {
+        let mut m = p.meta.lock();
+        if m.name.as_deref() == Some(name) {
+            m.name = None;
+        }
+    });
+    Some(pid)
+}
+
+/// The pid registered under `name` on this node.
+pub fn whereis(name: &str) -> Option<Pid> {
+    context::worker()?.node.registry.lookup(name)
+}
+
+/// Every registered name on this node, sorted.
+pub fn registered() -> Vec<(String, Pid)> {
+    context::worker().map_or_else(Vec::new, |w| w.node.registry.names())
+}
+
+/// Lets other processes run; the caller continues later.
+pub fn yield_now() {
+    let me = current("yield_now");
+    if me.has_signal.load(Ordering::Acquire) {
+        // SAFETY: `me` is the running process.
+        unsafe { me.drain() };
+    }
+    suspend_current(me, Suspend::Yield);
+}
+
+/// Suspends the caller for `d` (other processes run meanwhile). Exit
+/// signals still reach it.
+pub fn sleep(d: Duration) {
+    let me = current("sleep");
+    let until = Instant::now() + d;
+    let t = node().add_timer(until, Action::Wake(me.pid));
+    loop {
+        if me.has_signal.load(Ordering::Acquire) {
+            // SAFETY: `me` is the running process.
+            unsafe { me.drain() };
+        }
+        if Instant::now() >= until {
+            break;
+        }
+        park_current(me);
+    }
+    node().timers.cancel(t);
+}
+
+/// Sends `msg` to `to` after `d`.
+///
+/// ```
+/// use graft::*;
+/// use std::time::Duration;
+/// let node = Node::start(NodeConfig::new("127.0.0.1:0")).unwrap();
+/// let v = node.run(|| { send_after(Duration::from_millis(5), self_pid(), 9u8); expect::<u8>() }).unwrap();
+/// assert_eq!(v, 9);
+/// ```
+pub fn send_after<M: Message>(d: Duration, to: Pid, msg: M) -> TimerRef {
+    node().add_timer(
+        Instant::now() + d,
+        Action::Deliver(to, Mail::Msg(Box::new(msg))),
+    )
+}
+
+/// Cancels a [`send_after`]; `false` if it already fired.
+pub fn cancel_timer(t: TimerRef) -> bool {
+    node().timers.cancel(t)
+}
+
+/// Runs `f` on the node's blocking pool while the caller is parked, so a
+/// blocking call (file I/O, a sleeping C library) does not stall a worker.
+/// A panic in `f` is re-raised in the caller.
+///
+/// ```
+/// use graft::*;
+/// let node = Node::start(NodeConfig::new("127.0.0.1:0")).unwrap();
+/// let n = node.run(|| blocking(|| std::fs::read_dir(".").map(|d| d.count()).unwrap_or(0))).unwrap();
+/// assert!(n > 0);
+/// ```
+pub fn blocking<R, F>(f: F) -> R
+where
+    R: Send + 'static,
+    F: FnOnce() -> R + Send + 'static,
+{
+    let me = current("blocking");
+    let n = node();
+    let Some(arc) = n.table.get(me.pid.serial()) else {
+        return f();
+    };
+    let slot: std::sync::Arc<parking_lot::Mutex<Option<std::thread::Result<R>>>> =
+        Default::default();
+    let out = slot.clone();
+    let waker = std::sync::Arc::downgrade(&arc);
+    drop(arc);
+    let node_ptr = NodePtr(n);
+    n.blocking.submit(Box::new(move || {
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+        *out.lock() = Some(r);
+        if let Some(p) = waker.upgrade() {
+            let node_ptr = node_ptr;
+            // SAFETY: the node outlives its blocking pool (joined at shutdown
+            // before the node is dropped).
+            unsafe { &*node_ptr.0 }.wake(&p);
+        }
+    }));
+    loop {
+        if me.has_signal.load(Ordering::Acquire) {
+            // SAFETY: `me` is the running process.
+            unsafe { me.drain() };
+        }
+        if let Some(r) = slot.lock().take() {
+            return match r {
+                Ok(v) => v,
+                Err(p) => std::panic::resume_unwind(p),
+            };
+        }
+        park_current(me);
+    }
+}
+
+struct NodePtr(*const NodeShared);
+// SAFETY: `NodeShared` is `Sync`; the pointer is only dereferenced while the
+// node is alive (see `blocking`).
+unsafe impl Send for NodePtr {}
+
+/// A process's state, for operators (Erlang's `process_info`).
+#[derive(Clone, Debug)]
+pub struct ProcessInfo {
+    /// The process.
+    pub pid: Pid,
+    /// What it is doing.
+    pub status: Status,
+    /// Messages waiting (not yet taken into its private queue).
+    pub mailbox_len: usize,
+    /// Its registered name.
+    pub registered_name: Option<String>,
+    /// Processes linked to it.
+    pub links: Vec<Pid>,
+    /// Processes monitoring it.
+    pub monitored_by: Vec<Pid>,
+    /// Whether it traps exits.
+    pub trap_exits: bool,
+}
+
+/// What `pid` is doing; `None` if it is not alive on this node.
+///
+/// ```
+/// use graft::*;
+/// let node = Node::start(NodeConfig::new("127.0.0.1:0")).unwrap();
+/// node.run(|| {
+///     register("me", self_pid()).unwrap();
+///     let info = process_info(self_pid()).unwrap();
+///     assert_eq!(info.registered_name.as_deref(), Some("me"));
+/// }).unwrap();
+/// ```
+pub fn process_info(pid: Pid) -> Option<ProcessInfo> {
+    let n = &context::worker()?.node;
+    if !n.is_local(pid) {
+        return None;
+    }
+    n.table.with(pid.serial(), |p| {
+        let m = p.meta.lock();
+        ProcessInfo {
+            pid,
+            status: p.state.status(),
+            mailbox_len: p.mailbox.len(),
+            registered_name: m.name.clone(),
+            links: m.links.clone(),
+            monitored_by: m.watchers.iter().map(|(_, w)| *w).collect(),
+            trap_exits: m.trap_exits,
+        }
+    })
+}
+
+/// Every live process on this node, sorted.
+pub fn processes() -> Vec<Pid> {
+    context::worker().map_or_else(Vec::new, |w| w.node.table.pids())
+}
+
+/// Process-local storage: values keyed by type that move with the process
+/// between workers (use this instead of `thread_local!`).
+///
+/// ```
+/// use graft::*;
+/// let node = Node::start(NodeConfig::new("127.0.0.1:0")).unwrap();
+/// let v = node.run(|| {
+///     local::set(5u32);
+///     yield_now(); // may resume on another worker: the value moves along
+///     local::with(|n: &mut u32| *n += 1);
+///     local::get::<u32>()
+/// }).unwrap();
+/// assert_eq!(v, Some(6));
+/// ```
+pub mod local {
+    use super::*;
+
+    /// Stores `v` (replacing any earlier value of its type).
+    pub fn set<T: Send + 'static>(v: T) {
+        let me = current("local::set");
+        // SAFETY: `me` is the running process.
+        unsafe { me.local() }
+            .storage
+            .insert(TypeId::of::<T>(), Box::new(v));
+    }
+
+    /// A copy of the stored `T`.
+    pub fn get<T: Clone + Send + 'static>() -> Option<T> {
+        let me = current("local::get");
+        // SAFETY: `me` is the running process.
+        unsafe { me.local() }
+            .storage
+            .get(&TypeId::of::<T>())
+            .and_then(|b| b.downcast_ref::<T>())
+            .cloned()
+    }
+
+    /// Removes and returns the stored `T`.
+    pub fn take<T: Send + 'static>() -> Option<T> {
+        let me = current("local::take");
+        // SAFETY: `me` is the running process.
+        let b: Box<dyn Any + Send> = unsafe { me.local() }.storage.remove(&TypeId::of::<T>())?;
+        b.downcast::<T>().ok().map(|b| *b)
+    }
+
+    /// Runs `f` on the stored `T` (a default one if none). `f` may make any
+    /// runtime call, yielding included.
+    pub fn with<T: Default + Send + 'static, R>(f: impl FnOnce(&mut T) -> R) -> R {
+        let mut v = take::<T>().unwrap_or_default();
+        let r = f(&mut v);
+        set(v);
+        r
+    }
+}
+
+/// Reports the node's live-process count (for tests and operators).
+pub fn process_count() -> usize {
+    context::worker().map_or(0, |w| w.node.live())
+}
+
+/// Whether `pid` is alive on this node.
+pub fn is_alive(pid: Pid) -> bool {
+    context::worker().is_some_and(|w| {
+        w.node.is_local(pid)
+            && pid.creation() == w.node.creation
+            && w.node.table.get(pid.serial()).is_some()
+    })
+}

@@ -1,0 +1,297 @@
+//! A process: its entry in the node's table, its mailbox, its links and
+//! monitors, and the private state that moves with it between workers.
+//!
+//! Who touches what:
+//! * `state`, `mailbox`, `has_signal`: any thread (see `state.rs`,
+//!   `mailbox.rs`).
+//! * `meta` (links, watchers, name, exited): any thread, under its lock. The
+//!   exiting process sets `exited` and takes the lists in one critical section,
+//!   so a monitor or link made concurrently either lands in the lists (and is
+//!   notified) or sees `exited` (and is answered with `NoProc` at once).
+//! * `coro`: only the worker that moved the state to `RUNNING`.
+//! * `local`: only the process itself, while it runs.
+
+pub(crate) mod mailbox;
+pub(crate) mod receive;
+pub(crate) mod state;
+
+use crate::coroutine::{Coro, ProcYielder};
+use crate::exit::{ExitReason, ExitSignal, ProcessDied};
+use crate::loom::{AtomicBool, Mutex, Ordering, UnsafeCell};
+use crate::pid::{MonitorRef, Pid};
+use mailbox::Mailbox;
+use state::ProcState;
+use std::any::{Any, TypeId};
+use std::collections::{HashMap, VecDeque};
+
+/// One item in a mailbox (an implementation detail that receive clauses see).
+#[doc(hidden)]
+pub enum Mail {
+    /// A local message, passed by pointer.
+    Msg(Box<dyn Any + Send>),
+    /// A monitor notification (filtered against the owner's live monitors).
+    Down(ProcessDied),
+    /// An exit signal; handled in order with messages when the owner drains.
+    Signal {
+        /// The sender.
+        from: Pid,
+        /// The reason carried.
+        reason: ExitReason,
+        /// Sent because of a link (ignored once unlinked), not by `exit`.
+        link: bool,
+    },
+}
+
+impl std::fmt::Debug for Mail {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Mail::Msg(_) => f.write_str("Msg(..)"),
+            Mail::Down(d) => write!(f, "Down({d:?})"),
+            Mail::Signal { from, reason, link } => {
+                write!(f, "Signal({from:?}, {reason:?}, link={link})")
+            }
+        }
+    }
+}
+
+impl Mail {
+    /// The type this mail is received as.
+    #[inline]
+    pub(crate) fn is<A: Any>(&self) -> bool {
+        match self {
+            Mail::Msg(b) => <dyn Any + Send>::is::<A>(&**b),
+            Mail::Down(_) => TypeId::of::<A>() == TypeId::of::<ProcessDied>(),
+            Mail::Signal { .. } => false,
+        }
+    }
+
+    /// Takes the value out as `A`; `Err(self)` if it is not one.
+    #[inline]
+    pub(crate) fn take<A: Any>(self) -> Result<A, Mail> {
+        match self {
+            Mail::Msg(b) => b.downcast::<A>().map(|b| *b).map_err(Mail::Msg),
+            Mail::Down(d) => {
+                let mut slot = Some(d);
+                match (&mut slot as &mut dyn Any).downcast_mut::<Option<A>>() {
+                    Some(a) => Ok(a.take().expect("just set")),
+                    None => Err(Mail::Down(slot.expect("not taken"))),
+                }
+            }
+            s @ Mail::Signal { .. } => Err(s),
+        }
+    }
+
+    /// A reference to the value as `A`, for guards.
+    #[inline]
+    pub(crate) fn peek<A: Any>(&self) -> Option<&A> {
+        match self {
+            Mail::Msg(b) => b.downcast_ref::<A>(),
+            Mail::Down(d) => (d as &dyn Any).downcast_ref::<A>(),
+            Mail::Signal { .. } => None,
+        }
+    }
+}
+
+/// Shared, lock-protected bookkeeping of a process.
+#[derive(Debug, Default)]
+pub(crate) struct Meta {
+    pub(crate) links: Vec<Pid>,
+    /// Who monitors this process: (reference, watcher).
+    pub(crate) watchers: Vec<(MonitorRef, Pid)>,
+    pub(crate) name: Option<String>,
+    pub(crate) exited: bool,
+    pub(crate) trap_exits: bool,
+}
+
+/// State only the running process touches; it moves with the process.
+#[derive(Default)]
+pub(crate) struct Local {
+    /// Mail taken from the mailbox but not yet matched by a receive.
+    pub(crate) saved: VecDeque<Mail>,
+    pub(crate) trap_exits: bool,
+    /// Monitors this process holds (references whose `ProcessDied` it wants).
+    pub(crate) monitors: Vec<(MonitorRef, Pid)>,
+    /// The coroutine's yielder (lives on the process's own stack).
+    pub(crate) yielder: Option<*const ProcYielder>,
+    /// Process-local storage, by type.
+    pub(crate) storage: HashMap<TypeId, Box<dyn Any + Send>>,
+}
+
+/// The unwinding payload that ends a process with a reason (an exit signal
+/// or `terminate`). Not a panic: no hook runs, nothing is printed.
+#[derive(Debug)]
+pub(crate) struct ExitUnwind(pub(crate) ExitReason);
+
+/// One process.
+pub(crate) struct Process {
+    pub(crate) pid: Pid,
+    pub(crate) state: ProcState,
+    pub(crate) mailbox: Mailbox<Mail>,
+    /// Set after pushing a `Signal`, so a process that is not receiving still
+    /// notices it at its next yield point.
+    pub(crate) has_signal: AtomicBool,
+    pub(crate) meta: Mutex<Meta>,
+    /// Worker index this process must run on (`spawn_opts().pinned()`).
+    pub(crate) pinned: Option<usize>,
+    /// Set when the node drops the process without running it to the end
+    /// (shutdown): its body must let the forced unwind through.
+    pub(crate) forced_drop: AtomicBool,
+    coro: UnsafeCell<Option<Coro>>,
+    local: UnsafeCell<Local>,
+}
+
+impl std::fmt::Debug for Process {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Process")
+            .field("pid", &self.pid)
+            .field("state", &self.state)
+            .finish_non_exhaustive()
+    }
+}
+
+// SAFETY: the `UnsafeCell` fields are each owned by one thread at a time, as
+// the module docs say: `coro` by the worker holding the RUNNING state (handed
+// over through the state word's Acquire/Release), `local` by the process's
+// own code, which runs on that worker. Everything else is atomics or locks.
+unsafe impl Sync for Process {}
+// SAFETY: as above; the raw yielder pointer in `local` is only dereferenced by
+// the process itself, on whichever worker it runs.
+unsafe impl Send for Process {}
+
+impl Process {
+    pub(crate) fn new(pid: Pid, pinned: Option<usize>, trap_exits: bool) -> Process {
+        Process {
+            pid,
+            state: ProcState::new(),
+            mailbox: Mailbox::new(),
+            has_signal: AtomicBool::new(false),
+            meta: Mutex::new(Meta {
+                trap_exits,
+                ..Meta::default()
+            }),
+            pinned,
+            forced_drop: AtomicBool::new(false),
+            coro: UnsafeCell::new(None),
+            local: UnsafeCell::new(Local {
+                trap_exits,
+                ..Local::default()
+            }),
+        }
+    }
+
+    /// Installs the coroutine (before the process is first scheduled).
+    pub(crate) fn set_coro(&self, c: Coro) {
+        // SAFETY: called once by the spawner before the process is published
+        // to any run queue, so no other thread can touch `coro` yet.
+        self.coro.with_mut(|p| unsafe { *p = Some(c) });
+    }
+
+    /// The coroutine, for the worker that runs the process.
+    ///
+    /// # Safety
+    ///
+    /// The caller holds the RUNNING state (it called `state.start()`), or the
+    /// process can no longer be scheduled (exited, or the node is stopped).
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) unsafe fn coro_mut(&self) -> &mut Option<Coro> {
+        // SAFETY: exclusive access is the caller's precondition.
+        self.coro.with_mut(|p| unsafe { &mut *p })
+    }
+
+    /// The process's private state.
+    ///
+    /// # Safety
+    ///
+    /// Only the process itself calls this, while running, and never keeps the
+    /// reference across a call that could reach `local()` again (user code,
+    /// a suspend).
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) unsafe fn local(&self) -> &mut Local {
+        // SAFETY: exclusive access is the caller's precondition.
+        self.local.with_mut(|p| unsafe { &mut *p })
+    }
+
+    /// Delivers mail; returns `true` if the caller must schedule the process.
+    #[inline]
+    pub(crate) fn deliver(&self, mail: Mail) -> bool {
+        let signal = matches!(mail, Mail::Signal { .. });
+        if self.mailbox.push(mail).is_err() {
+            return false;
+        }
+        if signal {
+            self.has_signal.store(true, Ordering::Release);
+        }
+        self.state.wake()
+    }
+
+    /// Moves the mailbox into the private queue, handling exit signals and
+    /// dropping notifications of cancelled monitors on the way. Unwinds (ends
+    /// the process) when a signal kills it.
+    ///
+    /// # Safety
+    ///
+    /// As for [`Process::local`]: called by the running process itself.
+    pub(crate) unsafe fn drain(&self) {
+        self.has_signal.store(false, Ordering::Relaxed);
+        // SAFETY: the caller is the running process (our precondition).
+        let local = unsafe { self.local() };
+        let start = local.saved.len();
+        if self.mailbox.drain_into(&mut local.saved) == 0 {
+            return;
+        }
+        // Fast path: nothing but plain messages arrived.
+        if local
+            .saved
+            .range(start..)
+            .all(|m| matches!(m, Mail::Msg(_)))
+        {
+            return;
+        }
+        let fresh: Vec<Mail> = local.saved.drain(start..).collect();
+        for mail in fresh {
+            match mail {
+                Mail::Msg(_) => local.saved.push_back(mail),
+                Mail::Down(d) => {
+                    // Deliver only if the monitor is still wanted; it fires once.
+                    if let Some(i) = local.monitors.iter().position(|(r, _)| *r == d.monitor) {
+                        local.monitors.swap_remove(i);
+                        local.saved.push_back(Mail::Down(d));
+                    }
+                }
+                Mail::Signal { from, reason, link } => {
+                    if link {
+                        let mut meta = self.meta.lock();
+                        let Some(i) = meta.links.iter().position(|p| *p == from) else {
+                            continue; // unlinked since: ignore
+                        };
+                        meta.links.swap_remove(i);
+                    }
+                    if reason == ExitReason::Kill && !link {
+                        std::panic::resume_unwind(Box::new(ExitUnwind(ExitReason::Killed)));
+                    }
+                    if local.trap_exits {
+                        local
+                            .saved
+                            .push_back(Mail::Msg(Box::new(ExitSignal { from, reason })));
+                    } else if reason.is_normal() {
+                        // a normal exit signal does not kill a non-trapping process
+                    } else {
+                        std::panic::resume_unwind(Box::new(ExitUnwind(reason)));
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        // A process dropped before its body returned (node shutdown): mark it,
+        // so its body lets corosensei's forced unwind through, then unwind it.
+        // SAFETY: `&mut self`: no other reference exists.
+        if let Some(c) = unsafe { self.coro_mut() }.take() {
+            self.forced_drop.store(true, Ordering::SeqCst);
+            drop(c);
+        }
+    }
+}

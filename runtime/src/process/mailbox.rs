@@ -1,0 +1,85 @@
+//! The mailbox: the one queue every sender of a process pushes to.
+//!
+//! Senders push under a short lock and then wake the owner (see
+//! `process/state.rs`). The owner moves everything out in one swap when it
+//! receives; selective receive then works on the owner's private queue, so
+//! senders never wait behind a scan. Once the owner exits the mailbox is
+//! closed: later pushes hand the mail back and the sender drops it (a send to
+//! a dead process is not an error, as in Erlang).
+
+use crate::loom::Mutex;
+use std::collections::VecDeque;
+
+/// A multi-producer queue drained by one owner. Generic so the loom models can
+/// push plain integers through the real code.
+#[derive(Debug)]
+pub struct Mailbox<M> {
+    inner: Mutex<Inner<M>>,
+}
+
+#[derive(Debug)]
+struct Inner<M> {
+    queue: VecDeque<M>,
+    closed: bool,
+}
+
+impl<M> Default for Mailbox<M> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<M> Mailbox<M> {
+    /// An empty, open mailbox.
+    pub fn new() -> Mailbox<M> {
+        Mailbox {
+            inner: Mutex::new(Inner {
+                queue: VecDeque::new(),
+                closed: false,
+            }),
+        }
+    }
+
+    /// Appends `m`; hands it back if the owner has exited.
+    #[inline]
+    pub fn push(&self, m: M) -> Result<(), M> {
+        let mut inner = self.inner.lock();
+        if inner.closed {
+            return Err(m);
+        }
+        inner.queue.push_back(m);
+        Ok(())
+    }
+
+    /// Moves every queued item to the back of `out` (O(1) when `out` is empty).
+    /// Returns how many moved.
+    #[inline]
+    pub fn drain_into(&self, out: &mut VecDeque<M>) -> usize {
+        let mut inner = self.inner.lock();
+        let n = inner.queue.len();
+        if out.is_empty() {
+            std::mem::swap(out, &mut inner.queue);
+        } else {
+            out.append(&mut inner.queue);
+        }
+        n
+    }
+
+    /// Closes the mailbox and returns what was left in it (dropped by the
+    /// caller, outside the lock).
+    pub fn close(&self) -> VecDeque<M> {
+        let mut inner = self.inner.lock();
+        inner.closed = true;
+        std::mem::take(&mut inner.queue)
+    }
+
+    /// Items waiting (not yet moved to the owner's private queue).
+    pub fn len(&self) -> usize {
+        self.inner.lock().queue.len()
+    }
+
+    /// `true` when nothing waits.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}

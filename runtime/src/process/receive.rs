@@ -1,0 +1,321 @@
+//! Selective receive: clauses matched by type, then by guard, against the
+//! mailbox in arrival order; unmatched mail stays, in order.
+//!
+//! A receive is built as a chain of clause types (`(((), On<A>), When<B>)`),
+//! so matching is static dispatch with no allocation. Each wake-up scans only
+//! the mail that arrived since the last scan of the same receive.
+
+use crate::api::{current, park_current};
+use crate::process::Mail;
+use crate::sched::timer::Action;
+use crate::Message;
+use std::collections::VecDeque;
+use std::marker::PhantomData;
+use std::time::{Duration, Instant};
+
+/// A message of a type no earlier clause asked for, handed to an
+/// [`Receive::any`] clause.
+///
+/// ```no_run
+/// use graft::*;
+/// let what = receive().on(|n: u32| format!("u32 {n}")).any(|u: Unknown| {
+///     match u.downcast::<String>() {
+///         Ok(s) => format!("string {s}"),
+///         Err(_) => "something else".to_string(),
+///     }
+/// }).wait();
+/// ```
+#[derive(Debug)]
+pub struct Unknown(pub(crate) Mail);
+
+impl Unknown {
+    /// Takes the message as `T`, or hands it back.
+    ///
+    /// # Errors
+    ///
+    /// `Err(self)` if the message is not a `T`.
+    pub fn downcast<T: Message>(self) -> Result<T, Unknown> {
+        self.0.take::<T>().map_err(Unknown)
+    }
+
+    /// `true` if the message is a `T`.
+    pub fn is<T: Message>(&self) -> bool {
+        self.0.is::<T>()
+    }
+}
+
+/// One clause of a receive.
+pub trait Clause<R> {
+    /// Does this clause take `m`?
+    #[doc(hidden)]
+    fn matches(&self, m: &Mail) -> bool;
+    /// Runs the clause on `m` (which it matched).
+    #[doc(hidden)]
+    fn run(self, m: Mail) -> R;
+}
+
+/// A chain of clauses, tried in order.
+pub trait Clauses<R> {
+    /// Number of clauses in the chain.
+    #[doc(hidden)]
+    const LEN: usize;
+    /// Index of the first clause that takes `m`.
+    #[doc(hidden)]
+    fn find(&self, m: &Mail) -> Option<usize>;
+    /// Runs clause `i` on `m`.
+    #[doc(hidden)]
+    fn run(self, i: usize, m: Mail) -> R;
+}
+
+impl<R> Clauses<R> for () {
+    const LEN: usize = 0;
+    fn find(&self, _: &Mail) -> Option<usize> {
+        None
+    }
+    fn run(self, _: usize, _: Mail) -> R {
+        unreachable!("graft: receive ran a clause that did not match")
+    }
+}
+
+impl<R, C: Clauses<R>, K: Clause<R>> Clauses<R> for (C, K) {
+    const LEN: usize = C::LEN + 1;
+    #[inline]
+    fn find(&self, m: &Mail) -> Option<usize> {
+        self.0
+            .find(m)
+            .or_else(|| self.1.matches(m).then_some(C::LEN))
+    }
+    #[inline]
+    fn run(self, i: usize, m: Mail) -> R {
+        if i == C::LEN {
+            self.1.run(m)
+        } else {
+            self.0.run(i, m)
+        }
+    }
+}
+
+/// Clause: any message of type `A`.
+#[derive(Debug)]
+pub struct On<A, F>(F, PhantomData<fn(A)>);
+
+impl<R, A: Message, F: FnOnce(A) -> R> Clause<R> for On<A, F> {
+    #[inline]
+    fn matches(&self, m: &Mail) -> bool {
+        m.is::<A>()
+    }
+    #[inline]
+    fn run(self, m: Mail) -> R {
+        match m.take::<A>() {
+            Ok(a) => (self.0)(a),
+            Err(_) => unreachable!("graft: clause type checked before"),
+        }
+    }
+}
+
+/// Clause: a message of type `A` for which the guard holds.
+#[derive(Debug)]
+pub struct When<A, G, F>(G, F, PhantomData<fn(A)>);
+
+impl<R, A: Message, G: Fn(&A) -> bool, F: FnOnce(A) -> R> Clause<R> for When<A, G, F> {
+    #[inline]
+    fn matches(&self, m: &Mail) -> bool {
+        m.peek::<A>().is_some_and(|a| (self.0)(a))
+    }
+    #[inline]
+    fn run(self, m: Mail) -> R {
+        match m.take::<A>() {
+            Ok(a) => (self.1)(a),
+            Err(_) => unreachable!("graft: clause type checked before"),
+        }
+    }
+}
+
+/// Clause: any message at all.
+#[derive(Debug)]
+pub struct Any<F>(F);
+
+impl<R, F: FnOnce(Unknown) -> R> Clause<R> for Any<F> {
+    fn matches(&self, m: &Mail) -> bool {
+        !matches!(m, Mail::Signal { .. })
+    }
+    fn run(self, m: Mail) -> R {
+        (self.0)(Unknown(m))
+    }
+}
+
+/// A selective receive being built; see [`receive`].
+#[must_use = "a receive does nothing until .wait() or .timeout()"]
+#[derive(Debug)]
+pub struct Receive<R, C> {
+    clauses: C,
+    _r: PhantomData<fn() -> R>,
+}
+
+/// Starts a selective receive: add clauses, then [`Receive::wait`] or
+/// [`Receive::timeout`].
+///
+/// Clauses are tried in order on each message, oldest message first; the first
+/// message some clause takes is removed and handed to it; the rest stay in the
+/// mailbox, in order.
+///
+/// # Panics
+///
+/// Outside a process (there is no mailbox).
+///
+/// # Examples
+///
+/// ```
+/// use graft::*;
+/// let node = Node::start(NodeConfig::new("127.0.0.1:0")).unwrap();
+/// let got = node.run(|| {
+///     send(self_pid(), "hello".to_string());
+///     send(self_pid(), 7u32);
+///     // Takes the u32 first although the string arrived first.
+///     let n = receive().on(|n: u32| n).wait();
+///     let s = receive().when(|s: &String| s.starts_with('h'), |s: String| s.len() as u32).wait();
+///     (n, s)
+/// }).unwrap();
+/// assert_eq!(got, (7, 5));
+/// ```
+pub fn receive<R>() -> Receive<R, ()> {
+    Receive {
+        clauses: (),
+        _r: PhantomData,
+    }
+}
+
+impl<R, C: Clauses<R>> Receive<R, C> {
+    /// Adds a clause taking any message of type `A`.
+    pub fn on<A: Message, F: FnOnce(A) -> R>(self, f: F) -> Receive<R, (C, On<A, F>)> {
+        Receive {
+            clauses: (self.clauses, On(f, PhantomData)),
+            _r: PhantomData,
+        }
+    }
+
+    /// Adds a clause taking a message of type `A` for which `guard` holds.
+    pub fn when<A: Message, G: Fn(&A) -> bool, F: FnOnce(A) -> R>(
+        self,
+        guard: G,
+        f: F,
+    ) -> Receive<R, (C, When<A, G, F>)> {
+        Receive {
+            clauses: (self.clauses, When(guard, f, PhantomData)),
+            _r: PhantomData,
+        }
+    }
+
+    /// Adds a clause taking any message.
+    pub fn any<F: FnOnce(Unknown) -> R>(self, f: F) -> Receive<R, (C, Any<F>)> {
+        Receive {
+            clauses: (self.clauses, Any(f)),
+            _r: PhantomData,
+        }
+    }
+
+    /// Waits until a clause matches and returns its result.
+    pub fn wait(self) -> R {
+        match receive_until(self.clauses, None) {
+            Some(r) => r,
+            None => unreachable!("graft: a receive without deadline returned nothing"),
+        }
+    }
+
+    /// Waits at most `d`; `None` if nothing matched by then.
+    pub fn timeout(self, d: Duration) -> Option<R> {
+        receive_until(self.clauses, Some(Instant::now() + d))
+    }
+
+    /// Waits until `deadline`; `None` if nothing matched by then.
+    pub fn deadline(self, deadline: Instant) -> Option<R> {
+        receive_until(self.clauses, Some(deadline))
+    }
+}
+
+/// Removes and returns the first mail at index `>= from` that `find` accepts.
+#[inline]
+fn take_first(
+    saved: &mut VecDeque<Mail>,
+    from: usize,
+    find: impl Fn(&Mail) -> Option<usize>,
+) -> Option<(usize, Mail)> {
+    let (pos, idx) = saved
+        .iter()
+        .enumerate()
+        .skip(from)
+        .find_map(|(pos, m)| find(m).map(|i| (pos, i)))?;
+    let m = saved.remove(pos).expect("index in range");
+    Some((idx, m))
+}
+
+/// The receive loop shared by every form.
+fn receive_until<R, C: Clauses<R>>(clauses: C, deadline: Option<Instant>) -> Option<R> {
+    let me = current("receive");
+    let mut scanned = 0usize;
+    let mut timer = None;
+    let found = loop {
+        // SAFETY: `me` is the running process; the private queue is taken out
+        // of `local` while user guards run, so no reference into it is live
+        // across user code.
+        unsafe { me.drain() };
+        let mut saved = std::mem::take(unsafe { &mut me.local().saved });
+        let hit = take_first(&mut saved, scanned, |m| clauses.find(m));
+        scanned = saved.len();
+        // SAFETY: as above; put the queue back (guards may have received, in
+        // which case their mail is appended after ours).
+        let local = unsafe { me.local() };
+        if !local.saved.is_empty() {
+            saved.append(&mut local.saved);
+        }
+        local.saved = saved;
+        if let Some(hit) = hit {
+            break Some(hit);
+        }
+        if let Some(d) = deadline {
+            if Instant::now() >= d {
+                break None;
+            }
+            if timer.is_none() {
+                timer = Some(crate::api::node().add_timer(d, Action::Wake(me.pid)));
+            }
+        }
+        park_current(me);
+    };
+    if let Some(t) = timer {
+        crate::api::node().timers.cancel(t);
+    }
+    found.map(|(i, m)| clauses.run(i, m))
+}
+
+/// Waits for a message of type `M` and returns it; other messages stay in
+/// the mailbox, in order.
+///
+/// # Panics
+///
+/// Outside a process.
+///
+/// # Examples
+///
+/// ```
+/// use graft::*;
+/// let node = Node::start(NodeConfig::new("127.0.0.1:0")).unwrap();
+/// let n = node.run(|| { send(self_pid(), 5u64); expect::<u64>() }).unwrap();
+/// assert_eq!(n, 5);
+/// ```
+#[inline]
+pub fn expect<M: Message>() -> M {
+    receive().on(|m: M| m).wait()
+}
+
+/// Like [`expect`], giving up after `d`.
+///
+/// ```
+/// use graft::*;
+/// let node = Node::start(NodeConfig::new("127.0.0.1:0")).unwrap();
+/// let r = node.run(|| expect_timeout::<u64>(std::time::Duration::from_millis(10))).unwrap();
+/// assert_eq!(r, None);
+/// ```
+pub fn expect_timeout<M: Message>(d: Duration) -> Option<M> {
+    receive().on(|m: M| m).timeout(d)
+}

@@ -1,0 +1,137 @@
+//! The M:N scheduler: `workers` OS threads run processes.
+//!
+//! Each worker has a local FIFO run queue (crossbeam-deque, stealable), a
+//! LIFO slot (not stealable; see `run_queue.rs`) and a queue for processes
+//! pinned to it. A global injector takes work from threads that are not
+//! workers (the root process, timers, the blocking pool, the node loop).
+//!
+//! Where a runnable process goes:
+//! * spawned: the spawner's local queue (others may steal it; fan-out work
+//!   spreads over all cores), or the injector from outside;
+//! * woken by a message: the waker's LIFO slot, so ping-pong and rings stay on
+//!   one core without waking a sleeping thread;
+//! * yielded: the back of its worker's local queue.
+//!
+//! A worker looks, in order: LIFO slot (at most `LIFO_BUDGET` times in a row,
+//! so a ping-pong pair cannot starve the rest), pinned queue, local queue,
+//! injector, other workers' queues. Finding nothing, it spins briefly, then
+//! sleeps through the protocol in `idle.rs`.
+
+pub(crate) mod blocking;
+pub(crate) mod idle;
+pub(crate) mod run_queue;
+pub(crate) mod timer;
+pub(crate) mod worker;
+
+use crate::context;
+use crate::loom::{AtomicBool, AtomicU64, AtomicUsize, Mutex, Ordering};
+use crate::process::Process;
+use crossbeam_deque::{Injector, Stealer};
+use idle::Idle;
+use run_queue::LifoSlot;
+use std::collections::VecDeque;
+use std::sync::Arc;
+use worker::WorkerCtx;
+
+/// Shared scheduler state of one node.
+#[derive(Debug)]
+pub(crate) struct Scheduler {
+    pub(crate) injector: Injector<Arc<Process>>,
+    pub(crate) stealers: Vec<Stealer<Arc<Process>>>,
+    pub(crate) lifo: Vec<LifoSlot>,
+    pub(crate) pinned: Vec<Mutex<VecDeque<Arc<Process>>>>,
+    /// Length of each pinned queue, read without its lock.
+    pub(crate) pinned_len: Vec<AtomicUsize>,
+    /// Per worker: bumped at every process switch (read by the monitor).
+    pub(crate) ticks: Vec<AtomicU64>,
+    pub(crate) idle: Idle,
+    pub(crate) stop: AtomicBool,
+}
+
+impl Scheduler {
+    pub(crate) fn new(stealers: Vec<Stealer<Arc<Process>>>) -> Scheduler {
+        let n = stealers.len();
+        Scheduler {
+            injector: Injector::new(),
+            stealers,
+            lifo: (0..n).map(|_| LifoSlot::default()).collect(),
+            pinned: (0..n).map(|_| Mutex::new(VecDeque::new())).collect(),
+            pinned_len: (0..n).map(|_| AtomicUsize::new(0)).collect(),
+            ticks: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            idle: Idle::new(n),
+            stop: AtomicBool::new(false),
+        }
+    }
+
+    pub(crate) fn workers(&self) -> usize {
+        self.stealers.len()
+    }
+
+    /// This thread's worker, if it is one of ours.
+    #[inline]
+    fn own_worker(&self) -> Option<&'static WorkerCtx> {
+        context::worker().filter(|w| std::ptr::eq(w.sched(), self))
+    }
+
+    fn push_pinned(&self, i: usize, p: Arc<Process>) {
+        self.pinned[i].lock().push_back(p);
+        self.pinned_len[i].fetch_add(1, Ordering::SeqCst);
+        self.idle.notify_worker(i);
+    }
+
+    /// A parked process was woken (by a message, timer, signal): run it soon,
+    /// preferably right after the waker on this worker.
+    #[inline]
+    pub(crate) fn wake(&self, p: Arc<Process>) {
+        if let Some(i) = p.pinned {
+            return self.push_pinned(i, p);
+        }
+        match self.own_worker() {
+            Some(w) => {
+                if let Some(old) = self.lifo[w.index].put(p) {
+                    w.local.push(old);
+                    self.idle.notify_one();
+                }
+            }
+            None => {
+                self.injector.push(p);
+                self.idle.notify_one();
+            }
+        }
+    }
+
+    /// A new (or yielding) process: to a stealable queue.
+    #[inline]
+    pub(crate) fn push(&self, p: Arc<Process>) {
+        if let Some(i) = p.pinned {
+            return self.push_pinned(i, p);
+        }
+        match self.own_worker() {
+            Some(w) => w.local.push(p),
+            None => self.injector.push(p),
+        }
+        self.idle.notify_one();
+    }
+
+    /// Asks every worker to stop after its current process.
+    pub(crate) fn stop(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.idle.notify_all();
+    }
+
+    /// The monitor's check (every tick): a worker whose tick counter has not
+    /// moved has run one process all along; move the process waiting in its
+    /// LIFO slot to the injector so that another worker runs it.
+    pub(crate) fn rescue_stuck(&self, last: &mut [u64]) {
+        for (i, t) in self.ticks.iter().enumerate() {
+            let now = t.load(Ordering::Relaxed);
+            if now == last[i] && self.lifo[i].is_occupied() {
+                if let Some(p) = self.lifo[i].take() {
+                    self.injector.push(p);
+                    self.idle.notify_one();
+                }
+            }
+            last[i] = now;
+        }
+    }
+}
