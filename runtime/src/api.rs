@@ -220,7 +220,9 @@ pub fn spawn_monitor<F: FnOnce() + Send + 'static>(f: F) -> (Pid, MonitorRef) {
         ..SpawnSpec::default()
     };
     // SAFETY: `me` is the running process.
-    unsafe { me.local() }.monitors.push((r, Pid::new(node().id, 0, 0)));
+    unsafe { me.local() }
+        .monitors
+        .push((r, Pid::new(node().id, 0, 0)));
     match node().spawn(spec, f) {
         Ok(pid) => {
             // SAFETY: as above.

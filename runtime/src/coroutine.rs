@@ -48,8 +48,13 @@ unsafe impl Send for Coro {}
 
 impl Coro {
     /// Prepares `body` on `stack`; nothing runs until the first `resume`.
-    pub(crate) fn new(stack: Stack, body: impl FnOnce(&ProcYielder) -> ExitReason + 'static) -> Coro {
-        Coro(Coroutine::with_stack(stack, move |y: &ProcYielder, ()| body(y)))
+    pub(crate) fn new(
+        stack: Stack,
+        body: impl FnOnce(&ProcYielder) -> ExitReason + 'static,
+    ) -> Coro {
+        Coro(Coroutine::with_stack(stack, move |y: &ProcYielder, ()| {
+            body(y)
+        }))
     }
 
     /// Runs the body until it suspends or exits. The body catches its own

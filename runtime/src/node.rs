@@ -296,8 +296,7 @@ impl NodeShared {
                 },
             );
         }
-        if self.live.fetch_sub(1, Ordering::AcqRel) == 1 && self.stopping.load(Ordering::SeqCst)
-        {
+        if self.live.fetch_sub(1, Ordering::AcqRel) == 1 && self.stopping.load(Ordering::SeqCst) {
             let _g = self.live_lock.lock();
             self.live_cv.notify_all();
         }
@@ -486,7 +485,10 @@ impl Node {
         T: Send + 'static,
         F: FnOnce() -> T + Send + 'static,
     {
-        type Slot<T> = Arc<(std::sync::Mutex<Option<Result<T, ExitReason>>>, std::sync::Condvar)>;
+        type Slot<T> = Arc<(
+            std::sync::Mutex<Option<Result<T, ExitReason>>>,
+            std::sync::Condvar,
+        )>;
         let slot: Slot<T> = Arc::new(Default::default());
         /// Fills the slot with an error if the body never stores a value.
         struct Guard<T>(Slot<T>);
@@ -598,7 +600,6 @@ impl Node {
         s.stacks.clear();
         log::info!("graft: node {} stopped", s.name);
     }
-
 }
 
 impl Drop for Node {
@@ -633,7 +634,12 @@ fn random_creation() -> u32 {
             .to_le_bytes(),
     );
     let b = h.finalize();
-    u32::from_le_bytes([b.as_bytes()[0], b.as_bytes()[1], b.as_bytes()[2], b.as_bytes()[3]])
+    u32::from_le_bytes([
+        b.as_bytes()[0],
+        b.as_bytes()[1],
+        b.as_bytes()[2],
+        b.as_bytes()[3],
+    ])
 }
 
 /// Routes panics inside processes to `log` (with the pid) instead of stderr;

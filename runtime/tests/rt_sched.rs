@@ -1,0 +1,175 @@
+//! Scheduling: work stealing, blocking calls, pinned processes, outside calls.
+
+mod common;
+
+use graft::*;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[test]
+fn a_cpu_bound_process_does_not_stop_others() {
+    let node = common::node(2);
+    let stop = Arc::new(AtomicBool::new(false));
+    let s2 = stop.clone();
+    node.run(move || {
+        let me = self_pid();
+        // Occupies one worker without yielding until told to stop.
+        spawn(move || {
+            send(me, "spinning");
+            while !s2.load(Ordering::Relaxed) {
+                std::hint::spin_loop();
+            }
+        });
+        assert_eq!(expect::<&str>(), "spinning");
+        // Others still run (on the other worker).
+        for i in 0..100u32 {
+            spawn(move || send(me, i));
+        }
+        let mut sum = 0;
+        for _ in 0..100 {
+            sum += expect_timeout::<u32>(Duration::from_secs(10)).expect("others run");
+        }
+        assert_eq!(sum, 4950);
+        stop.store(true, Ordering::Relaxed);
+    })
+    .unwrap();
+    node.shutdown();
+}
+
+#[test]
+fn blocking_keeps_workers_free() {
+    let node = common::node(1);
+    node.run(|| {
+        let me = self_pid();
+        spawn(move || {
+            let v = blocking(|| {
+                std::thread::sleep(Duration::from_millis(200));
+                7u32
+            });
+            send(me, v);
+        });
+        // With one worker, this only runs while the other process is parked
+        // in `blocking`.
+        let t = Instant::now();
+        let pinger = spawn(move || send(me, "pong"));
+        let _ = pinger;
+        assert_eq!(expect::<&str>(), "pong");
+        assert!(
+            t.elapsed() < Duration::from_millis(200),
+            "the worker was free"
+        );
+        assert_eq!(expect::<u32>(), 7);
+        // A panic inside `blocking` reaches the caller.
+        let child = spawn(|| {
+            blocking(|| panic!("in the pool"));
+        });
+        let r = monitor(child);
+        let d: ProcessDied = expect();
+        assert_eq!(d.monitor, r);
+        assert!(
+            matches!(d.reason, ExitReason::Other(ref m) if m == "in the pool")
+                || d.reason == ExitReason::NoProc
+        );
+    })
+    .unwrap();
+    node.shutdown();
+}
+
+#[test]
+fn pinned_processes_run_and_get_messages() {
+    let node = common::node(4);
+    let n = node
+        .run(|| {
+            let me = self_pid();
+            let p = spawn_opts()
+                .pinned()
+                .spawn(move || {
+                    let mut total = 0u64;
+                    for _ in 0..1000 {
+                        total += expect::<u64>();
+                        yield_now();
+                    }
+                    send(me, total);
+                })
+                .unwrap();
+            for i in 0..1000u64 {
+                send(p, i);
+            }
+            expect::<u64>()
+        })
+        .unwrap();
+    assert_eq!(n, 499_500);
+}
+
+#[test]
+fn process_only_calls_outside_a_process_are_clear_errors() {
+    assert!(matches!(
+        register("x", Pid::new(NodeId(1), 1, 1)),
+        Err(Error::NotInProcess("register"))
+    ));
+    assert!(matches!(send_to("x", 1u8), Err(Error::NotInProcess(_))));
+    assert_eq!(try_self_pid(), None);
+    let err = std::panic::catch_unwind(self_pid).unwrap_err();
+    let msg = err.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(
+        msg.contains("self_pid called outside a graft process"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn root_process_panic_is_an_error_not_a_crash() {
+    let node = common::node(2);
+    let r: Result<(), Error> = node.run(|| panic!("root fails"));
+    assert!(matches!(r, Err(Error::Exited(ExitReason::Other(ref m))) if m == "root fails"));
+    assert_eq!(node.run(|| 1 + 1).unwrap(), 2);
+}
+
+#[test]
+fn many_processes_spawn_and_exit() {
+    let node = common::node(2);
+    let n = node
+        .run(|| {
+            let me = self_pid();
+            for i in 0..20_000u64 {
+                spawn(move || send(me, i));
+            }
+            (0..20_000).map(|_| expect::<u64>()).sum::<u64>()
+        })
+        .unwrap();
+    assert_eq!(n, 20_000 * 19_999 / 2);
+    let t = Instant::now();
+    while node.process_count() != 0 && t.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(
+        node.process_count(),
+        0,
+        "every process finished and was freed"
+    );
+}
+
+#[test]
+fn deep_recursion_fits_a_larger_stack() {
+    fn depth(n: u64) -> u64 {
+        let pad = [n; 16];
+        if n == 0 {
+            0
+        } else {
+            1 + depth(n - 1) + std::hint::black_box(pad)[0] * 0
+        }
+    }
+    let node = common::node(1);
+    let r = node
+        .run(|| {
+            let me = self_pid();
+            spawn_opts()
+                .stack_size(32 << 20)
+                .spawn(move || send(me, depth(20_000)))
+                .unwrap();
+            expect::<u64>()
+        })
+        .unwrap();
+    assert_eq!(r, 20_000);
+}

@@ -1,0 +1,40 @@
+//! Shutdown stops every process and joins every thread (its own binary, so
+//! the thread count is not disturbed by other tests).
+
+use graft::*;
+use std::time::{Duration, Instant};
+
+fn threads() -> usize {
+    std::fs::read_dir("/proc/self/task").unwrap().count()
+}
+
+#[test]
+fn shutdown_with_10000_live_processes_is_prompt_and_leaks_no_thread() {
+    let before = threads();
+    let node = Node::start(NodeConfig::new("127.0.0.1:0").workers(2)).unwrap();
+    node.run(|| {
+        let me = self_pid();
+        for _ in 0..10_000 {
+            spawn(move || {
+                let _ = blocking(|| 1); // starts a blocking-pool thread too
+                expect::<()>();
+                send(me, ());
+            });
+        }
+    })
+    .unwrap();
+    let wait = Instant::now();
+    while node.process_count() < 10_000 && wait.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(threads() > before);
+    let t = Instant::now();
+    node.shutdown();
+    assert!(t.elapsed() < Duration::from_secs(5), "shutdown hung");
+    assert_eq!(node.process_count(), 0);
+    assert_eq!(
+        threads(),
+        before,
+        "every thread the node started was joined"
+    );
+}
