@@ -171,22 +171,20 @@ impl SpawnOpts {
     }
 }
 
-fn spawn_or_log<F: FnOnce() + Send + 'static>(opts: SpawnOpts, f: F) -> Pid {
+/// Spawns, or ends the caller with the reason (Erlang raises `system_limit`
+/// in the caller the same way).
+fn spawn_or_exit<F: FnOnce() + Send + 'static>(opts: SpawnOpts, f: F) -> Pid {
     match opts.spawn(f) {
         Ok(pid) => pid,
-        Err(e) => {
-            log::error!("graft: spawn failed: {e}");
-            // A pid that never lived: monitors and links on it see NoProc.
-            Pid::new(node().id, node().creation, 0)
-        }
+        Err(e) => exit_now(ExitReason::Other(format!("spawn failed: {e}"))),
     }
 }
 
 /// Spawns a process on this node running `f`.
 ///
-/// If the process cannot be started (node stopping, no stack) the error is
-/// logged and a pid that is already dead is returned (as Erlang would give a
-/// process that exits at once); use [`SpawnOpts::spawn`] to handle it.
+/// If the process cannot be started (node stopping, no stack) the caller
+/// exits with reason `Other("spawn failed: ...")`, as an Erlang process gets
+/// `system_limit`; use [`SpawnOpts::spawn`] to handle the error instead.
 ///
 /// # Panics
 ///
@@ -203,12 +201,12 @@ fn spawn_or_log<F: FnOnce() + Send + 'static>(opts: SpawnOpts, f: F) -> Pid {
 /// assert_eq!(v, 42);
 /// ```
 pub fn spawn<F: FnOnce() + Send + 'static>(f: F) -> Pid {
-    spawn_or_log(SpawnOpts::default(), f)
+    spawn_or_exit(SpawnOpts::default(), f)
 }
 
 /// Spawns and links in one step (Erlang's `spawn_link`).
 pub fn spawn_link<F: FnOnce() + Send + 'static>(f: F) -> Pid {
-    spawn_or_log(SpawnOpts::default().link(), f)
+    spawn_or_exit(SpawnOpts::default().link(), f)
 }
 
 /// Spawns and monitors in one step (Erlang's `spawn_monitor`).

@@ -58,6 +58,7 @@ pub struct NodeConfig {
     pub(crate) workers: usize,
     pub(crate) stack_size: usize,
     pub(crate) shutdown_timeout: Duration,
+    pub(crate) max_processes: usize,
 }
 
 impl NodeConfig {
@@ -70,6 +71,7 @@ impl NodeConfig {
             workers: std::thread::available_parallelism().map_or(1, |n| n.get()),
             stack_size: 64 * 1024,
             shutdown_timeout: Duration::from_secs(5),
+            max_processes: 1 << 20,
         }
     }
     /// The node's name (default `graft@<listen address>`).
@@ -97,6 +99,15 @@ impl NodeConfig {
         self.shutdown_timeout = d;
         self
     }
+    /// How many processes the node must be able to hold at once (default
+    /// 2^20). Each process stack costs two kernel mappings, so at start the
+    /// node makes room in `vm.max_map_count` (raising it when permitted, with
+    /// a log line; otherwise a warning says how). See
+    /// [`ensure_map_count`](crate::ensure_map_count).
+    pub fn max_processes(mut self, n: usize) -> NodeConfig {
+        self.max_processes = n;
+        self
+    }
     /// The configured number of workers.
     pub fn worker_count(&self) -> usize {
         self.workers
@@ -117,6 +128,7 @@ pub(crate) struct NodeShared {
     pub(crate) creation: u32,
     pub(crate) name: String,
     pub(crate) stack_size: usize,
+    pub(crate) shutdown_timeout: Duration,
     pub(crate) table: ProcessTable,
     pub(crate) registry: Registry,
     pub(crate) sched: Scheduler,
@@ -387,6 +399,7 @@ impl Node {
                  node down and supervisors cannot restart it"
             );
         }
+        let _ = stack::ensure_map_count(config.max_processes);
         let addr: SocketAddr = config.listen.parse().map_err(|e| {
             Error::Io(std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,
@@ -399,7 +412,7 @@ impl Node {
             .unwrap_or_else(|| format!("graft@{addr}"));
         let creation = random_creation();
         let workers: Vec<crossbeam_deque::Worker<Arc<Process>>> = (0..config.workers)
-            .map(|_| crossbeam_deque::Worker::new_fifo())
+            .map(|_| crossbeam_deque::Worker::new_lifo())
             .collect();
         let stealers = workers.iter().map(|w| w.stealer()).collect();
         let (tx, rx) = unbounded();
@@ -408,10 +421,11 @@ impl Node {
             creation,
             name: name.clone(),
             stack_size: config.stack_size,
+            shutdown_timeout: config.shutdown_timeout,
             table: ProcessTable::new(),
             registry: Registry::default(),
             sched: Scheduler::new(stealers),
-            stacks: StackPool::new(),
+            stacks: StackPool::new(stack::round_size(config.stack_size)),
             timers: Timers::default(),
             blocking: BlockingPool::new("graft"),
             commands: tx,
@@ -434,11 +448,18 @@ impl Node {
                             node,
                             local,
                             current: std::cell::Cell::new(std::ptr::null()),
+                            rounds: std::cell::Cell::new(0),
                         }
                         .run()
                     })?,
             );
         }
+        let s = shared.clone();
+        threads.push(
+            std::thread::Builder::new()
+                .name("graft-stacks".into())
+                .spawn(move || s.stacks.run_refill())?,
+        );
         let s = shared.clone();
         threads.push(
             std::thread::Builder::new()
@@ -574,7 +595,7 @@ impl Node {
                 },
             );
         }
-        let deadline = Instant::now() + Duration::from_secs(5);
+        let deadline = Instant::now() + s.shutdown_timeout;
         if !s.wait_all_exited(deadline) {
             log::warn!(
                 "graft: {} processes did not exit at shutdown (a process that never yields \
@@ -584,6 +605,7 @@ impl Node {
         }
         s.sched.stop();
         s.timers.stop();
+        s.stacks.stop();
         let _ = s.commands.send(NodeCommand::Stop);
         let threads = std::mem::take(&mut *self.threads.lock());
         for t in threads {

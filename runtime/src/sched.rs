@@ -1,21 +1,31 @@
 //! The M:N scheduler: `workers` OS threads run processes.
 //!
-//! Each worker has a local FIFO run queue (crossbeam-deque, stealable), a
-//! LIFO slot (not stealable; see `run_queue.rs`) and a queue for processes
-//! pinned to it. A global injector takes work from threads that are not
-//! workers (the root process, timers, the blocking pool, the node loop).
+//! Each worker has a local run queue (crossbeam-deque), a LIFO slot (not
+//! stealable; see `run_queue.rs`) and a queue for processes pinned to it. A
+//! global injector takes work from threads that are not workers (the root
+//! process, timers, the blocking pool, the node loop) and yielded processes.
+//!
+//! The local queue is Cilk-style: the owner pops the newest process, thieves
+//! steal the oldest. Fan-out work (skynet, a supervisor starting children)
+//! then runs depth-first on each core, so few processes are alive at once and
+//! their stacks are reused while still in cache, while thieves take the
+//! biggest, oldest pieces of work. (Rejected: a FIFO local queue, which runs
+//! such trees breadth-first: skynet kept ~1 M processes alive and ran 4×
+//! slower, most of it mapping and faulting fresh stacks.)
 //!
 //! Where a runnable process goes:
-//! * spawned: the spawner's local queue (others may steal it; fan-out work
-//!   spreads over all cores), or the injector from outside;
+//! * spawned: the spawner's local queue, or the injector from outside;
 //! * woken by a message: the waker's LIFO slot, so ping-pong and rings stay on
 //!   one core without waking a sleeping thread;
-//! * yielded: the back of its worker's local queue.
+//! * yielded: the injector, behind everything else (a LIFO local queue would
+//!   hand it straight back).
 //!
 //! A worker looks, in order: LIFO slot (at most `LIFO_BUDGET` times in a row,
 //! so a ping-pong pair cannot starve the rest), pinned queue, local queue,
-//! injector, other workers' queues. Finding nothing, it spins briefly, then
-//! sleeps through the protocol in `idle.rs`.
+//! injector, other workers' queues; every `GLOBAL_EVERY` rounds it looks at
+//! the injector first, so yielded and outside work cannot starve behind a
+//! busy local queue. Finding nothing, it spins briefly, then sleeps through
+//! the protocol in `idle.rs`.
 
 pub(crate) mod blocking;
 pub(crate) mod idle;
@@ -110,6 +120,15 @@ impl Scheduler {
             Some(w) => w.local.push(p),
             None => self.injector.push(p),
         }
+        self.idle.notify_one();
+    }
+
+    /// A process that yielded: to the back of the global queue.
+    pub(crate) fn push_yielded(&self, p: Arc<Process>) {
+        if let Some(i) = p.pinned {
+            return self.push_pinned(i, p);
+        }
+        self.injector.push(p);
         self.idle.notify_one();
     }
 

@@ -12,6 +12,8 @@ use std::sync::Arc;
 
 /// Consecutive runs from the LIFO slot before the worker looks elsewhere.
 const LIFO_BUDGET: u32 = 64;
+/// Every this many scheduling rounds, the injector is looked at first.
+const GLOBAL_EVERY: u32 = 61;
 /// Rounds of looking for work before going to sleep (each round is a few
 /// hundred ns; sleeping and waking costs ~16 µs here).
 const SPIN_ROUNDS: u32 = 64;
@@ -24,6 +26,8 @@ pub(crate) struct WorkerCtx {
     pub(crate) local: Worker<Arc<Process>>,
     /// The process being resumed now (null between processes).
     pub(crate) current: Cell<*const Process>,
+    /// Scheduling rounds, for `GLOBAL_EVERY`.
+    pub(crate) rounds: Cell<u32>,
 }
 
 impl std::fmt::Debug for WorkerCtx {
@@ -77,6 +81,13 @@ impl WorkerCtx {
     fn find_work(&self) -> Option<Arc<Process>> {
         let sched = self.sched();
         let i = self.index;
+        let round = self.rounds.get().wrapping_add(1);
+        self.rounds.set(round);
+        if round % GLOBAL_EVERY == 0 {
+            if let Steal::Success(p) = sched.injector.steal() {
+                return Some(p);
+            }
+        }
         if sched.pinned_len[i].load(Ordering::SeqCst) > 0 {
             if let Some(p) = sched.pinned[i].lock().pop_front() {
                 sched.pinned_len[i].fetch_sub(1, Ordering::SeqCst);
@@ -163,7 +174,7 @@ impl WorkerCtx {
                 Step::Suspended(Suspend::Yield) => {
                     self.current.set(std::ptr::null());
                     p.state.requeue();
-                    sched.push(p);
+                    sched.push_yielded(p);
                     return;
                 }
                 Step::Exited(reason) => {

@@ -1,0 +1,35 @@
+//! pingpong: 1,000,000 round trips between two processes.
+//! Figure: ns_per_roundtrip.
+
+use graft::*;
+use graft_benches::report;
+use std::time::Instant;
+
+const N: u64 = 1_000_000;
+
+fn main() {
+    env_logger::init();
+    let node = Node::start(NodeConfig::new("127.0.0.1:0")).expect("node");
+    node.run(|| {
+        let pong = spawn(|| loop {
+            let from: Pid = expect();
+            send(from, ());
+        });
+        let me = self_pid();
+        let t0 = Instant::now();
+        for _ in 0..N {
+            send(pong, me);
+            expect::<()>();
+        }
+        let t1 = Instant::now();
+        exit(pong, ExitReason::Kill);
+        report(
+            "pingpong",
+            "ns_per_roundtrip",
+            "ns",
+            (t1 - t0).as_secs_f64() * 1e9 / N as f64,
+        );
+    })
+    .expect("bench");
+    node.shutdown();
+}

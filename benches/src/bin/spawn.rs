@@ -1,0 +1,62 @@
+//! spawn: 100,000 processes parked in receive, then told to stop.
+//! Figures: us_per_spawn, bytes_per_idle_proc_rss, us_per_exit.
+
+use graft::*;
+use graft_benches::{report, rss_bytes};
+use std::time::Instant;
+
+const N: usize = 100_000;
+
+fn main() {
+    env_logger::init();
+    let node = Node::start(NodeConfig::new("127.0.0.1:0").max_processes(1_100_000)).expect("node");
+    node.run(|| {
+        let me = self_pid();
+        let rss0 = rss_bytes();
+        let t0 = Instant::now();
+        let pids: Vec<Pid> = (0..N)
+            .map(|_| {
+                spawn(move || {
+                    expect::<()>();
+                    send(me, ());
+                })
+            })
+            .collect();
+        let t1 = Instant::now();
+        // Make sure every process has run and is parked in receive.
+        for &p in &pids {
+            while process_info(p).is_some_and(|i| i.status != Status::Waiting) {
+                yield_now();
+            }
+        }
+        let rss1 = rss_bytes();
+        let t2 = Instant::now();
+        for &p in &pids {
+            send(p, ());
+        }
+        for _ in 0..N {
+            expect::<()>();
+        }
+        let t3 = Instant::now();
+        report(
+            "spawn",
+            "us_per_spawn",
+            "us",
+            (t1 - t0).as_secs_f64() * 1e6 / N as f64,
+        );
+        report(
+            "spawn",
+            "bytes_per_idle_proc_rss",
+            "bytes",
+            (rss1 - rss0) as f64 / N as f64,
+        );
+        report(
+            "spawn",
+            "us_per_exit",
+            "us",
+            (t3 - t2).as_secs_f64() * 1e6 / N as f64,
+        );
+    })
+    .expect("bench");
+    node.shutdown();
+}
