@@ -225,12 +225,15 @@ unsafe impl corosensei::stack::Stack for Stack {
     }
 }
 
+/// Free stacks of one size: (top, the slab it lies in).
+type FreeList = Vec<(usize, Arc<Slab>)>;
+
 /// Free stacks by size, shared by all workers of one node.
 #[derive(Debug, Default)]
 pub(crate) struct StackPool {
     /// (size, free stacks of that size); a node uses one or two sizes, so a
     /// short vector beats a map.
-    free: Mutex<Vec<(usize, Vec<(usize, Arc<Slab>)>)>>,
+    free: Mutex<Vec<(usize, FreeList)>>,
     /// The size the refill thread stocks (0: no refill thread).
     default_size: usize,
     refill: Mutex<Refill>,

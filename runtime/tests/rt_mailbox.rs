@@ -90,7 +90,7 @@ rt_test! {
         assert!(matches!(send_to("nobody", 1u8), Err(Error::NotRegistered(n)) if n == "nobody"));
         register("svc", me).unwrap();
         assert_eq!(whereis("svc"), Some(me));
-        let other = spawn(|| expect::<()>());
+        let other = spawn(expect::<()>);
         assert!(matches!(register("svc", other), Err(Error::NameTaken(_))));
         assert!(matches!(register("svc2", me), Err(Error::AlreadyRegistered(_, _))));
         send_to("svc", 5u8).unwrap();

@@ -88,14 +88,14 @@ rt_test! {
 
     fn links_respect_trapping_and_normal_exits() {
         trap_exits(true);
-        let a = spawn_link(|| expect::<()>());
+        let a = spawn_link(expect::<()>);
         let b = spawn_link(|| {
             expect::<()>();
             panic!("b fails");
         });
         send(a, ());
         send(b, ());
-        let mut got = vec![expect::<ExitSignal>(), expect::<ExitSignal>()];
+        let mut got = [expect::<ExitSignal>(), expect::<ExitSignal>()];
         got.sort_by_key(|s| s.from);
         assert_eq!(got[0], ExitSignal { from: a, reason: ExitReason::Normal });
         assert_eq!(got[1], ExitSignal { from: b, reason: ExitReason::Other("b fails".into()) });
@@ -113,7 +113,7 @@ rt_test! {
 
     fn killed_propagates_to_links_as_killed() {
         trap_exits(true);
-        let child = spawn_link(|| expect::<()>());
+        let child = spawn_link(expect::<()>);
         exit(child, ExitReason::Kill);
         let sig: ExitSignal = expect();
         assert_eq!(sig, ExitSignal { from: child, reason: ExitReason::Killed });
@@ -134,7 +134,7 @@ rt_test! {
     }
 
     fn demonitor_suppresses_the_notification() {
-        let child = spawn(|| expect::<()>());
+        let child = spawn(expect::<()>);
         let r = monitor(child);
         demonitor(r);
         send(child, ());
@@ -180,7 +180,7 @@ rt_test! {
 
     fn process_info_reports_state() {
         register("info_me", self_pid()).unwrap();
-        let child = spawn_link(|| expect::<()>());
+        let child = spawn_link(expect::<()>);
         sleep(Duration::from_millis(5));
         let info = process_info(child).unwrap();
         assert_eq!(info.links, vec![self_pid()]);

@@ -255,10 +255,10 @@ fn receive_until<R, C: Clauses<R>>(clauses: C, deadline: Option<Instant>) -> Opt
     let mut scanned = 0usize;
     let mut timer = None;
     let found = loop {
-        // SAFETY: `me` is the running process; the private queue is taken out
-        // of `local` while user guards run, so no reference into it is live
-        // across user code.
+        // SAFETY: `me` is the running process.
         unsafe { me.drain() };
+        // SAFETY: as above; the private queue is taken out of `local` while
+        // user guards run, so no reference into it is live across user code.
         let mut saved = std::mem::take(unsafe { &mut me.local().saved });
         let hit = take_first(&mut saved, scanned, |m| clauses.find(m));
         scanned = saved.len();

@@ -83,7 +83,7 @@ impl WorkerCtx {
         let i = self.index;
         let round = self.rounds.get().wrapping_add(1);
         self.rounds.set(round);
-        if round % GLOBAL_EVERY == 0 {
+        if round.is_multiple_of(GLOBAL_EVERY) {
             if let Steal::Success(p) = sched.injector.steal() {
                 return Some(p);
             }
