@@ -31,8 +31,8 @@
 //! equivalent: every calling process owns one `CallGuard` (kept in process
 //! local storage, made once per process, shared through an `Arc`) holding
 //! the tag of the one call it is waiting for. A [`ReplyTo`] carries the guard;
-//! replying takes the guard's lock, and sends only if the tag is still the
-//! active one. The caller clears the tag (under the same lock) when it stops
+//! replying takes the guard's lock, sends only if the tag is still the
+//! active one, and clears it (one reply per call). The caller clears the tag (under the same lock) when it stops
 //! waiting, then polls its mailbox once for a reply that got in before that
 //! (a local send has landed in the mailbox by the time it returns), exactly
 //! as OTP's `gen:call` does after `unalias`. A reply therefore either reaches
@@ -325,7 +325,7 @@ impl<R: Message> ReplyTo<R> {
     /// node.shutdown();
     /// ```
     pub fn reply(self, value: R) -> bool {
-        let active = self.guard.active.lock().unwrap_or_else(|e| e.into_inner());
+        let mut active = self.guard.active.lock().unwrap_or_else(|e| e.into_inner());
         if *active != Some(self.tag) {
             return false;
         }
@@ -337,6 +337,8 @@ impl<R: Message> ReplyTo<R> {
                 value,
             },
         );
+        // One reply per call: the next one through a clone is dropped.
+        *active = None;
         true
     }
 }
@@ -513,15 +515,21 @@ impl<S: GenServer> Server<S> {
             Some(t) => got.timeout(t),
             None => Some(got.wait()),
         };
-        guard.set(None);
         match got {
             Some(Ok(v)) => {
+                // The replier has cleared the guard.
                 demonitor_flush(tag);
                 Ok(v)
             }
-            Some(Err(ExitReason::NoProc)) => Err(CallError::NoProc),
-            Some(Err(reason)) => Err(CallError::ServerDied(reason)),
+            Some(Err(reason)) => {
+                guard.set(None);
+                Err(match reason {
+                    ExitReason::NoProc => CallError::NoProc,
+                    reason => CallError::ServerDied(reason),
+                })
+            }
             None => {
+                guard.set(None);
                 demonitor_flush(tag);
                 // A reply sent before the guard was cleared is already here.
                 receive()
