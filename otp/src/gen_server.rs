@@ -123,8 +123,11 @@ pub trait GenServer: Send + 'static {
     /// Handles a call. Return [`CallResult::Reply`] to answer now, or keep a
     /// clone of `from` and return [`CallResult::NoReply`] to answer later
     /// (from this or any other process) with [`ReplyTo::reply`].
-    fn handle_call(&mut self, req: Self::Call, from: &ReplyTo<Self::Reply>)
-        -> CallResult<Self::Reply>;
+    fn handle_call(
+        &mut self,
+        req: Self::Call,
+        from: &ReplyTo<Self::Reply>,
+    ) -> CallResult<Self::Reply>;
 
     /// Handles a cast. The default ignores it.
     fn handle_cast(&mut self, msg: Self::Cast) -> Flow {
@@ -674,7 +677,13 @@ fn start_inner<S: GenServer>(server: S, name: Option<String>) -> Result<Server<S
             }
             match guarded(|| server.init()).and_then(|r| r) {
                 Ok(()) => {
-                    send(parent, InitAck { tag, result: Ok(()) });
+                    send(
+                        parent,
+                        InitAck {
+                            tag,
+                            result: Ok(()),
+                        },
+                    );
                     let reason = serve(&mut server, Some(parent));
                     if !reason.is_normal() {
                         exit_self(reason);

@@ -29,6 +29,7 @@ pub use crate::supervisor::{
 pub use graft::{
     demonitor, demonitor_flush, exit, exit_self, expect, expect_timeout, is_alive, link, make_ref,
     monitor, receive, register, self_pid, send, send_after, send_to, sleep, spawn, spawn_link,
-    spawn_monitor, terminate, trap_exits, unlink, unregister, whereis, yield_now, Error,
-    ExitReason, ExitSignal, Message, MonitorRef, Node, NodeConfig, Pid, ProcessDied, Unknown,
+    spawn_monitor, spawn_opts, terminate, this_node, trap_exits, unlink, unregister, whereis,
+    yield_now, Error, ExitReason, ExitSignal, Message, MonitorRef, Node, NodeConfig, Pid,
+    ProcessDied, Unknown,
 };

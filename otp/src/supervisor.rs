@@ -39,8 +39,8 @@
 use crate::gen_server::{self, guarded, CallError, CallResult, Flow, GenServer, ReplyTo};
 use crate::gen_server::{Server, StartError};
 use graft::{
-    exit, link, monitor, receive, self_pid, trap_exits, unlink, ExitReason, ExitSignal,
-    MonitorRef, Pid, ProcessDied, Unknown,
+    exit, link, monitor, receive, self_pid, trap_exits, unlink, ExitReason, ExitSignal, MonitorRef,
+    Pid, ProcessDied, Unknown,
 };
 use std::collections::VecDeque;
 use std::fmt;
@@ -922,10 +922,7 @@ impl GenServer for SupState {
                 }
             },
             Err(other) => {
-                log::warn!(
-                    "supervisor {}: unexpected message {other:?}",
-                    self_pid()
-                );
+                log::warn!("supervisor {}: unexpected message {other:?}", self_pid());
                 Flow::Continue
             }
         }
@@ -957,7 +954,10 @@ fn stop_all(targets: &[(Pid, Shutdown, &str)]) {
             unlink(pid);
             // An exit signal that arrived before the unlink is a message now.
             let early = receive()
-                .when(move |s: &ExitSignal| s.from == pid, |s: ExitSignal| s.reason)
+                .when(
+                    move |s: &ExitSignal| s.from == pid,
+                    |s: ExitSignal| s.reason,
+                )
                 .timeout(Duration::ZERO);
             let signal = match policy {
                 Shutdown::BrutalKill => ExitReason::Kill,
