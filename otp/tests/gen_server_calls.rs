@@ -158,6 +158,19 @@ otp_test! {
         assert_eq!(expect_timeout::<Result<i64, CallError>>(HANG), Some(Ok(7)));
     }
 
+    fn a_reply_after_the_caller_gave_up_is_refused() {
+        let c = gen_server::start(counter(Some(self_pid()))).unwrap();
+        assert_eq!(
+            c.call_timeout(Req::Later, std::time::Duration::from_millis(5)),
+            Err(CallError::Timeout)
+        );
+        assert_eq!(said(), Said::Info("held".into()));
+        c.cast(Note::Flush);
+        assert_eq!(said(), Said::Replied(false));
+        assert_eq!(c.call(Req::Get), Ok(0));
+        assert!(mailbox_now().is_empty(), "the refused reply never arrives");
+    }
+
     fn a_second_reply_is_dropped() {
         let c = gen_server::start(counter(None)).unwrap();
         assert_eq!(c.call(Req::Twice), Ok(0));
@@ -273,4 +286,17 @@ otp_test! {
         c.cast(Note::Add(1));
         assert_eq!(c.call(Req::Get), Err(CallError::NoProc));
     }
+}
+
+#[test]
+fn handles_are_send_sync_and_copy() {
+    fn send_sync<T: Send + Sync>() {}
+    fn copy<T: Copy>() {}
+    send_sync::<Server<Counter>>();
+    copy::<Server<Counter>>();
+    send_sync::<ReplyTo<i64>>();
+    send_sync::<CallError>();
+    send_sync::<StartError>();
+    send_sync::<ChildSpec>();
+    send_sync::<Supervisor>();
 }
