@@ -431,7 +431,8 @@ impl<S: GenServer> Server<S> {
     ///
     /// # Panics
     ///
-    /// Outside a graft process.
+    /// Outside a graft process, and when a server calls itself (it would
+    /// wait for itself; OTP exits with `calling_self`).
     pub fn call(&self, req: S::Call) -> Result<S::Reply, CallError> {
         self.call_timeout(req, DEFAULT_CALL_TIMEOUT)
     }
@@ -447,7 +448,7 @@ impl<S: GenServer> Server<S> {
     ///
     /// # Panics
     ///
-    /// Outside a graft process.
+    /// Outside a graft process, and when a server calls itself.
     ///
     /// ```
     /// use graft_otp::prelude::*;
@@ -486,20 +487,24 @@ impl<S: GenServer> Server<S> {
     ///
     /// # Panics
     ///
-    /// Outside a graft process.
+    /// Outside a graft process, and when a server calls itself.
     pub fn call_infinity(&self, req: S::Call) -> Result<S::Reply, CallError> {
         self.call_inner(req, None)
     }
 
     #[inline]
     fn call_inner(&self, req: S::Call, timeout: Option<Duration>) -> Result<S::Reply, CallError> {
+        let me = self_pid();
+        if me == self.pid {
+            calling_self(me);
+        }
         let guard = caller_guard();
         // The monitor reference is the call's tag (as in OTP): unique, and
         // its `ProcessDied` is the failure path.
         let tag = monitor(self.pid);
         guard.set(Some(tag));
         let from = ReplyTo {
-            pid: self_pid(),
+            pid: me,
             tag,
             guard: guard.clone(),
             _r: PhantomData,
@@ -573,6 +578,12 @@ impl<S: GenServer> Server<S> {
             r => Err(CallError::ServerDied(r)),
         }
     }
+}
+
+#[cold]
+#[inline(never)]
+fn calling_self(me: Pid) -> ! {
+    panic!("gen_server {me} called itself (calling_self)")
 }
 
 /// Starts `server` in a new process linked to the caller (OTP's

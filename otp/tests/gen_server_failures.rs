@@ -250,6 +250,25 @@ otp_test! {
         assert_eq!(sig.reason, ExitReason::Killed);
     }
 
+    fn a_server_calling_itself_crashes_instead_of_hanging() {
+        trap_exits(true);
+        struct Narcissus;
+        impl GenServer for Narcissus {
+            type Call = ();
+            type Cast = ();
+            type Reply = ();
+            fn handle_call(&mut self, _: (), _: &ReplyTo<()>) -> CallResult<()> {
+                let me = Server::<Narcissus>::from_pid(self_pid());
+                CallResult::Reply(me.call(()).unwrap_or(()))
+            }
+        }
+        let s = gen_server::start(Narcissus).unwrap();
+        match s.call(()) {
+            Err(CallError::ServerDied(ExitReason::Other(why))) => assert!(why.contains("calling_self"), "{why}"),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
     fn terminate_panicking_changes_the_exit_reason() {
         trap_exits(true);
         struct BadExit;
