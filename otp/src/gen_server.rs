@@ -530,8 +530,10 @@ impl<S: GenServer> Server<S> {
                 Ok(v)
             }
             Some(Err(reason)) => {
+                // A process the server handed the `ReplyTo` to may have
+                // replied just as the server died: take that reply too.
                 guard.set(None);
-                Err(match reason {
+                take_reply::<S::Reply>(tag).ok_or(match reason {
                     ExitReason::NoProc => CallError::NoProc,
                     reason => CallError::ServerDied(reason),
                 })
@@ -540,13 +542,7 @@ impl<S: GenServer> Server<S> {
                 guard.set(None);
                 demonitor_flush(tag);
                 // A reply sent before the guard was cleared is already here.
-                receive()
-                    .when(
-                        move |r: &Reply<S::Reply>| r.tag == tag,
-                        |r: Reply<S::Reply>| r.value,
-                    )
-                    .timeout(Duration::ZERO)
-                    .ok_or(CallError::Timeout)
+                take_reply::<S::Reply>(tag).ok_or(CallError::Timeout)
             }
         }
     }
@@ -578,6 +574,15 @@ impl<S: GenServer> Server<S> {
             r => Err(CallError::ServerDied(r)),
         }
     }
+}
+
+/// The reply tagged `tag` if it is in the mailbox now (the guard is
+/// cleared: no other can come).
+#[cold]
+fn take_reply<R: Message>(tag: MonitorRef) -> Option<R> {
+    receive()
+        .when(move |r: &Reply<R>| r.tag == tag, |r: Reply<R>| r.value)
+        .timeout(Duration::ZERO)
 }
 
 #[cold]

@@ -270,6 +270,34 @@ otp_test! {
         }
     }
 
+    fn a_delegated_reply_racing_the_servers_death_is_not_stray() {
+        trap_exits(true);
+        /// Hands the call to a helper that replies, and dies at once.
+        struct Delegate;
+        impl GenServer for Delegate {
+            type Call = u32;
+            type Cast = ();
+            type Reply = u32;
+            fn handle_call(&mut self, n: u32, from: &ReplyTo<u32>) -> CallResult<u32> {
+                let from = from.clone();
+                spawn(move || {
+                    from.reply(n);
+                });
+                exit_self(ExitReason::Other("gone".into()))
+            }
+        }
+        let baseline = graft::process_count();
+        for n in 0..50 {
+            let s = gen_server::start(Delegate).unwrap();
+            let r = s.call(n);
+            assert!(r == Ok(n) || r == Err(CallError::ServerDied(ExitReason::Other("gone".into()))), "{r:?}");
+            assert_eq!(take_exit_signal(s.pid()), ExitReason::Other("gone".into()));
+        }
+        // Let every helper finish: each reply was taken in its call or refused.
+        common::wait_until("the helpers are done", || graft::process_count() <= baseline);
+        assert!(mailbox_now().is_empty(), "no reply landed outside a call");
+    }
+
     fn terminate_panicking_changes_the_exit_reason() {
         trap_exits(true);
         struct BadExit;
