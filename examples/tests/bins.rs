@@ -1,0 +1,63 @@
+//! Runs the example programs and checks what they print.
+
+use std::process::Command;
+
+/// Runs a bin; returns its stdout, failing the test if it did not succeed.
+fn run(path: &str) -> String {
+    let out = Command::new(path).output().expect("the example runs");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{path} failed: {}\nstdout:\n{stdout}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+fn assert_has(out: &str, line: &str) {
+    assert!(out.contains(line), "missing {line:?} in:\n{out}");
+}
+
+#[test]
+fn counter() {
+    let out = run(env!("CARGO_BIN_EXE_counter"));
+    assert_has(&out, "counter: started as");
+    assert_has(&out, "counter: 10 clients added 1000");
+    assert_has(&out, "counter: value = 1000");
+    assert_has(&out, "counter: reset from 1000");
+    assert_has(&out, "counter: value = 0");
+    assert_has(&out, "counter: stopping (normal) at 0");
+    assert_has(
+        &out,
+        "counter: after stop, a call fails: no such gen_server",
+    );
+}
+
+#[test]
+fn supervision_tree() {
+    let out = run(env!("CARGO_BIN_EXE_supervision_tree"));
+    for line in [
+        "starting the tree",
+        "+ counter started",
+        "+ db started",
+        "+ cache started",
+        "counter is at 4",
+        "injecting a crash into counter",
+        "- counter stopped: counter was told to crash",
+        "the caller saw: gen_server died during the call: counter was told to crash",
+        "counter restarted with fresh state: 1",
+        "injecting a crash into storage/db",
+        "- cache stopped: shutdown",
+        "injecting a crash into storage/cache",
+        "storage now runs: db, cache",
+        "the tree survived 3 crashes; shutting it down",
+        "root stopped: shutdown",
+        "done",
+    ] {
+        assert_has(&out, line);
+    }
+    // Started three times each by the end: db (twice), cache (three times).
+    assert_eq!(out.matches("+ cache started").count(), 3, "{out}");
+    assert_eq!(out.matches("+ db started").count(), 2, "{out}");
+}

@@ -1,0 +1,49 @@
+//! Shared helpers for graft-otp's integration tests.
+#![allow(dead_code, missing_docs, unreachable_pub)]
+
+use graft::{receive, sleep, Node, NodeConfig, Unknown};
+use std::time::{Duration, Instant};
+
+/// A hang guard for waits that should end quickly (never a speed assertion).
+pub const HANG: Duration = Duration::from_secs(10);
+
+/// A node on loopback with `workers` workers.
+pub fn node(workers: usize) -> Node {
+    let _ = env_logger::builder().is_test(true).try_init();
+    Node::start(NodeConfig::new("127.0.0.1:0").workers(workers)).expect("node starts")
+}
+
+/// Polls `cond` (inside a process) until it holds; panics after [`HANG`].
+pub fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + HANG;
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        sleep(Duration::from_millis(1));
+    }
+}
+
+/// Whatever is in the caller's mailbox now (without waiting).
+pub fn mailbox_now() -> Vec<Unknown> {
+    let mut out = Vec::new();
+    while let Some(u) = receive().any(|u: Unknown| u).timeout(Duration::ZERO) {
+        out.push(u);
+    }
+    out
+}
+
+/// Runs each test body as a root process at 1 worker and at 4 workers.
+#[macro_export]
+macro_rules! otp_test {
+    ($(fn $name:ident() $body:block)*) => {
+        mod one_worker {
+            #[allow(unused_imports)]
+            use super::*;
+            $( #[test] fn $name() { let node = $crate::common::node(1); node.run(move || $body).unwrap(); node.shutdown(); } )*
+        }
+        mod four_workers {
+            #[allow(unused_imports)]
+            use super::*;
+            $( #[test] fn $name() { let node = $crate::common::node(4); node.run(move || $body).unwrap(); node.shutdown(); } )*
+        }
+    };
+}
