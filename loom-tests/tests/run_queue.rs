@@ -21,7 +21,13 @@ fn worker(i: usize, q: &Queue, idle: &Idle, want: usize, taken: &Mutex<usize>) {
             return;
         }
         if pop(q).is_some() {
-            *taken.lock().unwrap() += 1;
+            let mut t = taken.lock().unwrap();
+            *t += 1;
+            if *t >= want {
+                // All work done: stop everyone (the scheduler's `stop`).
+                drop(t);
+                idle.notify_all();
+            }
             continue;
         }
         idle.register(i);
@@ -66,8 +72,6 @@ fn two_workers_one_item_then_stop() {
         q.lock().unwrap().push_back(7);
         idle.notify_one();
         worker(0, &q, &idle, 1, &taken);
-        // Shutdown: whoever still sleeps is woken.
-        idle.notify_all();
         w1.join().unwrap();
         assert_eq!(*taken.lock().unwrap(), 1);
     });
