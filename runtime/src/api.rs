@@ -287,9 +287,25 @@ impl From<(&str, NodeId)> for Dest {
 /// ```
 #[inline]
 pub fn send<M: Message>(to: Pid, msg: M) {
-    match context::worker() {
-        Some(w) => w.node.deliver(to, Mail::Msg(Box::new(msg))),
-        None => log::warn!("graft: send to {to} outside a process: message dropped"),
+    let Some(w) = context::worker() else {
+        log::warn!("graft: send to {to} outside a process: message dropped");
+        return;
+    };
+    let mail = Mail::Msg(Box::new(msg));
+    let Some(me) = context::process() else {
+        return w.node.deliver(to, mail);
+    };
+    // SAFETY: `me` is the running process.
+    let local = unsafe { me.local() };
+    let target = match &local.last_target {
+        Some(p) if p.pid == to => p,
+        _ => match w.node.local_process(to) {
+            Some(p) => local.last_target.insert(p),
+            None => return w.node.deliver(to, mail),
+        },
+    };
+    if target.deliver(mail) {
+        w.node.sched.wake(target.clone());
     }
 }
 

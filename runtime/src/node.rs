@@ -238,6 +238,15 @@ impl NodeShared {
         }
     }
 
+    /// The live process `pid` names on this node.
+    #[inline]
+    pub(crate) fn local_process(&self, pid: Pid) -> Option<Arc<Process>> {
+        if !self.is_local(pid) || pid.creation() != self.creation {
+            return None;
+        }
+        self.table.get(pid.serial())
+    }
+
     /// Wakes a parked process (timers, blocking results).
     pub(crate) fn wake_pid(&self, pid: Pid) {
         if let Some(p) = self.table.get(pid.serial()) {

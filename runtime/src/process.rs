@@ -115,6 +115,9 @@ pub(crate) struct Local {
     pub(crate) yielder: Option<*const ProcYielder>,
     /// Process-local storage, by type.
     pub(crate) storage: HashMap<TypeId, Box<dyn Any + Send>>,
+    /// The process this one sent to last: a process usually talks to the
+    /// same peer again (a ring, a server), and the cache skips the table.
+    pub(crate) last_target: Option<std::sync::Arc<Process>>,
 }
 
 /// The unwinding payload that ends a process with a reason (an exit signal
@@ -215,7 +218,8 @@ impl Process {
     #[inline]
     pub(crate) fn deliver(&self, mail: Mail) -> bool {
         let signal = matches!(mail, Mail::Signal { .. });
-        if self.mailbox.push(mail).is_err() {
+        let flagged = !matches!(mail, Mail::Msg(_));
+        if self.mailbox.push_flagged(mail, flagged).is_err() {
             return false;
         }
         if signal {
@@ -236,16 +240,9 @@ impl Process {
         // SAFETY: the caller is the running process (our precondition).
         let local = unsafe { self.local() };
         let start = local.saved.len();
-        if self.mailbox.drain_into(&mut local.saved) == 0 {
-            return;
-        }
-        // Fast path: nothing but plain messages arrived.
-        if local
-            .saved
-            .range(start..)
-            .all(|m| matches!(m, Mail::Msg(_)))
-        {
-            return;
+        let (_, flagged) = self.mailbox.drain_into(&mut local.saved);
+        if !flagged {
+            return; // nothing but plain messages arrived
         }
         let fresh: Vec<Mail> = local.saved.drain(start..).collect();
         for mail in fresh {

@@ -21,6 +21,9 @@ pub struct Mailbox<M> {
 struct Inner<M> {
     queue: VecDeque<M>,
     closed: bool,
+    /// Some queued item needs the owner's attention beyond "a message"
+    /// (signals, monitor notifications): set by `push_flagged`.
+    flagged: bool,
 }
 
 impl<M> Default for Mailbox<M> {
@@ -36,6 +39,7 @@ impl<M> Mailbox<M> {
             inner: Mutex::new(Inner {
                 queue: VecDeque::new(),
                 closed: false,
+                flagged: false,
             }),
         }
     }
@@ -43,18 +47,25 @@ impl<M> Mailbox<M> {
     /// Appends `m`; hands it back if the owner has exited.
     #[inline]
     pub fn push(&self, m: M) -> Result<(), M> {
+        self.push_flagged(m, false)
+    }
+
+    /// Appends `m`, marking the batch as needing attention if `flag`.
+    #[inline]
+    pub fn push_flagged(&self, m: M, flag: bool) -> Result<(), M> {
         let mut inner = self.inner.lock();
         if inner.closed {
             return Err(m);
         }
         inner.queue.push_back(m);
+        inner.flagged |= flag;
         Ok(())
     }
 
     /// Moves every queued item to the back of `out` (O(1) when `out` is empty).
-    /// Returns how many moved.
+    /// Returns how many moved, and whether any was pushed flagged.
     #[inline]
-    pub fn drain_into(&self, out: &mut VecDeque<M>) -> usize {
+    pub fn drain_into(&self, out: &mut VecDeque<M>) -> (usize, bool) {
         let mut inner = self.inner.lock();
         let n = inner.queue.len();
         if out.is_empty() {
@@ -62,7 +73,7 @@ impl<M> Mailbox<M> {
         } else {
             out.append(&mut inner.queue);
         }
-        n
+        (n, std::mem::take(&mut inner.flagged))
     }
 
     /// Closes the mailbox and returns what was left in it (dropped by the

@@ -46,6 +46,9 @@ impl Unknown {
 
 /// One clause of a receive.
 pub trait Clause<R> {
+    /// `true` if `matches` runs no user code.
+    #[doc(hidden)]
+    const PURE: bool = true;
     /// Does this clause take `m`?
     #[doc(hidden)]
     fn matches(&self, m: &Mail) -> bool;
@@ -59,6 +62,10 @@ pub trait Clauses<R> {
     /// Number of clauses in the chain.
     #[doc(hidden)]
     const LEN: usize;
+    /// `true` if matching runs no user code (no guards): the private queue
+    /// can then be scanned in place.
+    #[doc(hidden)]
+    const PURE: bool;
     /// Index of the first clause that takes `m`.
     #[doc(hidden)]
     fn find(&self, m: &Mail) -> Option<usize>;
@@ -69,6 +76,7 @@ pub trait Clauses<R> {
 
 impl<R> Clauses<R> for () {
     const LEN: usize = 0;
+    const PURE: bool = true;
     fn find(&self, _: &Mail) -> Option<usize> {
         None
     }
@@ -79,6 +87,7 @@ impl<R> Clauses<R> for () {
 
 impl<R, C: Clauses<R>, K: Clause<R>> Clauses<R> for (C, K) {
     const LEN: usize = C::LEN + 1;
+    const PURE: bool = C::PURE && K::PURE;
     #[inline]
     fn find(&self, m: &Mail) -> Option<usize> {
         self.0
@@ -118,6 +127,7 @@ impl<R, A: Message, F: FnOnce(A) -> R> Clause<R> for On<A, F> {
 pub struct When<A, G, F>(G, F, PhantomData<fn(A)>);
 
 impl<R, A: Message, G: Fn(&A) -> bool, F: FnOnce(A) -> R> Clause<R> for When<A, G, F> {
+    const PURE: bool = false;
     #[inline]
     fn matches(&self, m: &Mail) -> bool {
         m.peek::<A>().is_some_and(|a| (self.0)(a))
@@ -241,12 +251,15 @@ fn take_first(
     find: impl Fn(&Mail) -> Option<usize>,
 ) -> Option<(usize, Mail)> {
     let (pos, idx) = saved
-        .iter()
+        .range(from..)
         .enumerate()
-        .skip(from)
-        .find_map(|(pos, m)| find(m).map(|i| (pos, i)))?;
-    let m = saved.remove(pos).expect("index in range");
-    Some((idx, m))
+        .find_map(|(pos, m)| find(m).map(|i| (pos + from, i)))?;
+    let m = if pos == 0 {
+        saved.pop_front()
+    } else {
+        saved.remove(pos)
+    };
+    Some((idx, m.expect("index in range")))
 }
 
 /// The receive loop shared by every form.
@@ -257,18 +270,29 @@ fn receive_until<R, C: Clauses<R>>(clauses: C, deadline: Option<Instant>) -> Opt
     let found = loop {
         // SAFETY: `me` is the running process.
         unsafe { me.drain() };
-        // SAFETY: as above; the private queue is taken out of `local` while
-        // user guards run, so no reference into it is live across user code.
-        let mut saved = std::mem::take(unsafe { &mut me.local().saved });
-        let hit = take_first(&mut saved, scanned, |m| clauses.find(m));
-        scanned = saved.len();
-        // SAFETY: as above; put the queue back (guards may have received, in
-        // which case their mail is appended after ours).
-        let local = unsafe { me.local() };
-        if !local.saved.is_empty() {
-            saved.append(&mut local.saved);
-        }
-        local.saved = saved;
+        let hit = if C::PURE {
+            // SAFETY: as above; matching runs no user code, so nothing else
+            // reaches `local` while this reference lives.
+            let saved = unsafe { &mut me.local().saved };
+            let hit = take_first(saved, scanned, |m| clauses.find(m));
+            scanned = saved.len();
+            hit
+        } else {
+            // SAFETY: as above; the private queue is taken out of `local`
+            // while user guards run, so no reference into it is live across
+            // user code.
+            let mut saved = std::mem::take(unsafe { &mut me.local().saved });
+            let hit = take_first(&mut saved, scanned, |m| clauses.find(m));
+            scanned = saved.len();
+            // SAFETY: as above; put the queue back (guards may have received,
+            // in which case their mail is appended after ours).
+            let local = unsafe { me.local() };
+            if !local.saved.is_empty() {
+                saved.append(&mut local.saved);
+            }
+            local.saved = saved;
+            hit
+        };
         if let Some(hit) = hit {
             break Some(hit);
         }

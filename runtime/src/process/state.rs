@@ -83,10 +83,18 @@ impl ProcState {
     }
 
     /// A worker took the process from a run queue and is about to resume it.
+    ///
+    /// A plain store suffices: in `SCHEDULED` no waker writes the word (they
+    /// see "already scheduled" and leave), so only the worker that popped
+    /// the process writes here.
     #[inline]
     pub fn start(&self) {
-        let prev = self.0.swap(RUNNING, Ordering::Acquire);
-        debug_assert_eq!(prev, SCHEDULED, "a process ran without being scheduled");
+        debug_assert_eq!(
+            self.0.load(Ordering::Relaxed),
+            SCHEDULED,
+            "a process ran without being scheduled"
+        );
+        self.0.store(RUNNING, Ordering::Relaxed);
     }
 
     /// After the process suspended to wait: park it. Returns `false` if a wake

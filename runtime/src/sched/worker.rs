@@ -154,7 +154,12 @@ impl WorkerCtx {
     /// Resumes `p` until it parks, yields or exits.
     fn run_process(&self, p: Arc<Process>) {
         let sched = self.sched();
-        sched.ticks[self.index].fetch_add(1, Ordering::Relaxed);
+        // Only this worker writes its tick: a plain store, no atomic RMW.
+        let tick = &sched.ticks[self.index];
+        tick.store(
+            tick.load(Ordering::Relaxed).wrapping_add(1),
+            Ordering::Relaxed,
+        );
         p.state.start();
         self.current.set(Arc::as_ptr(&p));
         loop {
