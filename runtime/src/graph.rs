@@ -164,10 +164,12 @@ fn encode_body<T: Mobile, F: Format>(v: &T, out: &mut Vec<u8>) {
         let mut none = Vec::new();
         let mut e = Encoder::<Walk>::new(&mut none, &mut share);
         v.encode(&mut e);
+        e.flush();
     }
     share.finish_walk();
     let mut e = Encoder::<F>::new(out, &mut share);
     v.encode(&mut e);
+    e.flush();
 }
 
 /// Encodes `v` in the binary form, uncompressed.
@@ -365,17 +367,22 @@ pub fn decode<T: Mobile>(bytes: &[u8]) -> Result<T, DecodeError> {
 fn decode_body<T: Mobile, S: Source>(body: &[u8]) -> Result<T, DecodeError> {
     let mut d = Decoder::<S>::new(body);
     let r = match T::decode(&mut d) {
-        Ok(v) => {
-            if S::TEXT {
-                while d.remaining() > 0 && body[body.len() - d.remaining()].is_ascii_whitespace() {
-                    let _ = d.byte();
+        Ok(v) => match d.flush() {
+            Err(e) => Err(d.bury_err(v, e)),
+            Ok(()) => {
+                if S::TEXT {
+                    while d.remaining() > 0
+                        && body[body.len() - d.remaining()].is_ascii_whitespace()
+                    {
+                        let _ = d.byte();
+                    }
+                }
+                match d.remaining() {
+                    0 => Ok(v),
+                    n => Err(d.bury_err(v, DecodeError::TrailingBytes(n))),
                 }
             }
-            match d.remaining() {
-                0 => Ok(v),
-                n => Err(d.bury_err(v, DecodeError::TrailingBytes(n))),
-            }
-        }
+        },
         Err(e) => Err(e),
     };
     d.finish();

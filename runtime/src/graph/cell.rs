@@ -3,16 +3,22 @@
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::wire::{Format, Source};
+use std::any::Any;
+
+use super::encode::Deferred;
+use super::wire::{Binary, Format, Source, Text, Walk};
 use super::{DecodeError, Decoder, Describer, Encoder, Mobile};
 
-/// A mutable, thread-safe cell that keeps its identity across the wire.
+/// A mutable, thread-safe cell: how a mobile graph closes a strong cycle.
 ///
-/// `Arc<Cell<T>>` is how a mobile graph holds a *strong* cycle: build the
-/// nodes first, then close the cycle with [`set`](Cell::set). After decoding,
-/// the same cycle exists on the receiver (`Arc::ptr_eq` holds wherever it held
-/// before). Cycles of `Weak`s need no cell (they decode through
-/// `Arc::new_cyclic`).
+/// Put a `Cell` in a node (`Arc<Node>` with a `Cell<Option<Arc<Node>>>`
+/// field, or `Arc<Cell<T>>`): build the nodes first, then close the cycle
+/// with [`set`](Cell::set). After decoding, the same cycle exists on the
+/// receiver (`Arc::ptr_eq` holds wherever it held before). On the wire a
+/// cell's content comes after the rest of the value, so the decoder fills it
+/// when every node it may point to is complete; a long chain of cells is
+/// encoded and decoded iteratively. Cycles of `Weak`s need no cell (they
+/// decode through `Arc::new_cyclic`).
 ///
 /// A strong cycle keeps its nodes alive: break it (for instance by setting a
 /// link to `None`) when you are done, as with any `Arc` cycle.
@@ -50,21 +56,16 @@ use super::{DecodeError, Decoder, Describer, Encoder, Mobile};
 /// }
 /// ```
 pub struct Cell<T> {
-    /// `None` only while the decoder fills the cell.
-    slot: Mutex<Option<T>>,
+    /// Behind an `Arc` so that the decoder can fill the cell after the value
+    /// holding it has moved. `None` only while the decoder has not filled it.
+    slot: Arc<Mutex<Option<T>>>,
 }
 
 impl<T> Cell<T> {
     /// A cell holding `v`.
     pub fn new(v: T) -> Self {
         Cell {
-            slot: Mutex::new(Some(v)),
-        }
-    }
-
-    fn empty() -> Self {
-        Cell {
-            slot: Mutex::new(None),
+            slot: Arc::new(Mutex::new(Some(v))),
         }
     }
 
@@ -104,7 +105,8 @@ impl<T> Cell<T> {
 
     /// The value.
     pub fn into_inner(self) -> T {
-        match self.slot.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        let taken = self.lock().take();
+        match taken {
             Some(v) => v,
             None => unreachable!("graph::Cell read while being decoded"),
         }
@@ -130,34 +132,52 @@ impl<T: fmt::Debug> fmt::Debug for Cell<T> {
     }
 }
 
+impl<T: Mobile> Deferred for Mutex<Option<T>> {
+    fn walk(&self, e: &mut Encoder<'_, Walk>) {
+        write_content(self, e);
+    }
+    fn binary(&self, e: &mut Encoder<'_, Binary>) {
+        write_content(self, e);
+    }
+    fn text(&self, e: &mut Encoder<'_, Text>) {
+        write_content(self, e);
+    }
+}
+
+fn write_content<T: Mobile, F: Format>(slot: &Mutex<Option<T>>, e: &mut Encoder<'_, F>) {
+    let g = slot.lock().unwrap_or_else(|e| e.into_inner());
+    match &*g {
+        Some(v) => v.encode(e),
+        None => unreachable!("graph::Cell encoded while being decoded"),
+    }
+}
+
+fn fill<T: Mobile, S: Source>(
+    d: &mut Decoder<'_, S>,
+    cell: &(dyn Any + Send + Sync),
+) -> Result<(), DecodeError> {
+    let v = T::decode(d)?;
+    match cell.downcast_ref::<Mutex<Option<T>>>() {
+        Some(slot) => *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(v),
+        None => unreachable!("graph::Cell filled with the wrong type"),
+    }
+    Ok(())
+}
+
+/// On the wire, a cell is nothing where it stands; its content follows the
+/// root value (see `encode.rs`).
 impl<T: Mobile> Mobile for Cell<T> {
-    const WIRE_MIN: usize = T::WIRE_MIN;
     fn describe(d: &mut Describer) {
         d.write("Cell<");
         d.describe::<T>();
         d.write(">");
     }
     fn encode<F: Format>(&self, e: &mut Encoder<'_, F>) {
-        let g = self.lock();
-        if let Some(v) = &*g {
-            v.encode(e);
-        }
+        e.defer(self.slot.clone());
     }
     fn decode<S: Source>(d: &mut Decoder<'_, S>) -> Result<Self, DecodeError> {
-        T::decode(d).map(Cell::new)
-    }
-    /// The node is registered before its content is decoded, so strong
-    /// back-references inside the content can point at it.
-    fn decode_arc<S: Source>(
-        d: &mut Decoder<'_, S>,
-        shared: bool,
-    ) -> Result<Arc<Self>, DecodeError> {
-        let node = Arc::new(Cell::empty());
-        if shared {
-            d.register(&node);
-        }
-        let v = T::decode(d)?;
-        *node.lock() = Some(v);
-        Ok(node)
+        let slot = Arc::new(Mutex::new(None));
+        d.defer(fill::<T, S>, slot.clone())?;
+        Ok(Cell { slot })
     }
 }

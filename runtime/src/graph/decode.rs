@@ -15,11 +15,12 @@
 //! Shared nodes live in one table per type (a `Vec` of slots, indexed by the
 //! per-type label). A slot is `Building` while its content is decoded, which
 //! lets a `Weak` back-reference inside it point at it (`Arc::new_cyclic`);
-//! a strong back-reference to a `Building` node is refused (strong cycles go
-//! through [`Cell`](super::Cell), whose node is registered before its content
-//! is decoded).
+//! a strong back-reference to a `Building` node is refused. Strong cycles go
+//! through [`Cell`](super::Cell): a cell's content is decoded after the root
+//! value, when every node it can point to is complete.
 
 use std::any::{Any, TypeId};
+use std::collections::VecDeque;
 use std::marker::PhantomData;
 use std::sync::{Arc, Weak};
 
@@ -58,8 +59,14 @@ pub struct Decoder<'a, S: Source> {
     segments: usize,
     max_segments: usize,
     zero_budget: u64,
+    /// Cells waiting for their content, in order.
+    deferred: VecDeque<(Fill<'a, S>, Arc<dyn Any + Send + Sync>)>,
     _s: PhantomData<S>,
 }
+
+/// Decodes a cell's content into the cell (type-erased).
+pub(crate) type Fill<'a, S> =
+    for<'b> fn(&'b mut Decoder<'a, S>, &'b (dyn Any + Send + Sync)) -> Result<()>;
 
 impl<S: Source> std::fmt::Debug for Decoder<'_, S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -82,6 +89,7 @@ impl<'a, S: Source> Decoder<'a, S> {
             segments: 0,
             max_segments: 0,
             zero_budget: ZERO_SIZE_BUDGET.saturating_add((input.len() as u64).saturating_mul(64)),
+            deferred: VecDeque::new(),
             _s: PhantomData,
         }
     }
@@ -96,8 +104,36 @@ impl<'a, S: Source> Decoder<'a, S> {
     /// stack deep enough for them.
     pub(crate) fn finish(self) {
         if self.max_segments > 0 {
-            stack::drop_deep((self.tables, self.graveyard), self.max_segments);
+            stack::drop_deep(
+                (self.tables, self.graveyard, self.deferred),
+                self.max_segments,
+            );
         }
+    }
+
+    /// Queues a cell to be filled after the root value.
+    pub(crate) fn defer(
+        &mut self,
+        fill: Fill<'a, S>,
+        cell: Arc<dyn Any + Send + Sync>,
+    ) -> Result<()> {
+        if S::TEXT {
+            self.expect_word("<cell>")?;
+        }
+        self.deferred.push_back((fill, cell));
+        Ok(())
+    }
+
+    /// Fills the queued cells (which may queue more).
+    pub(crate) fn flush(&mut self) -> Result<()> {
+        while let Some((fill, cell)) = self.deferred.pop_front() {
+            if S::TEXT {
+                self.expect_word("cell")?;
+                self.punct(b':')?;
+            }
+            fill(self, &*cell)?;
+        }
+        Ok(())
     }
 
     /// An [`DecodeError::Invalid`] with this message.
@@ -551,12 +587,6 @@ impl<'a, S: Source> Decoder<'a, S> {
             TAG_DEAD => Ok(Weak::new()),
             t => Err(self.invalid(format!("bad node tag {t}"))),
         }
-    }
-
-    /// Registers a shared node before its content is decoded (used by
-    /// [`Cell`](super::Cell), whose content is filled in afterwards).
-    pub(crate) fn register<T: Mobile>(&mut self, a: &Arc<T>) {
-        self.table::<T>().push(Slot::Done(a.clone()));
     }
 
     /// Decodes the content of a shared node, which weak back-references

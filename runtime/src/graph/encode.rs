@@ -24,13 +24,18 @@
 //! the `T`s. In pass 2, `visited` is reused as "not yet written": its bit is
 //! cleared when the node's content is written.
 //!
+//! The content of each [`Cell`](super::Cell) is written after the root value
+//! (breadth first, in the order the cells were met), not where the cell is:
+//! so a strong cycle through a cell is closed after the node it points to is
+//! complete, and a long chain of cells is written iteratively.
+//!
 //! A value mutated (through a [`Cell`](super::Cell)) by another thread between
 //! the passes still encodes to a valid graph: each recorded meeting is checked
 //! against its pointer and the map is consulted on a mismatch; a node that
 //! turns up unnumbered is written unshared.
 
 use std::any::TypeId;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::marker::PhantomData;
 use std::sync::{Arc, Weak};
 
@@ -48,7 +53,7 @@ pub(crate) const TAG_REF: u8 = 2;
 pub(crate) const TAG_DEAD: u8 = 3;
 
 /// Sharing state, filled by pass 1 and read by pass 2.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub(crate) struct Share {
     /// Pointer of each numbered node to its dense number.
     ids: HashMap<usize, u32, ahash::RandomState>,
@@ -66,12 +71,32 @@ pub(crate) struct Share {
     labels: Vec<u32>,
     /// Pass 2: next label per type.
     next_label: Vec<(TypeId, u32)>,
+    /// Cell contents to write after the root value, in order.
+    deferred: VecDeque<Arc<dyn Deferred>>,
+}
+
+/// A cell's content, written after the root value (see [`Cell`](super::Cell)).
+pub(crate) trait Deferred: Send + Sync {
+    fn walk(&self, e: &mut Encoder<'_, Walk>);
+    fn binary(&self, e: &mut Encoder<'_, Binary>);
+    fn text(&self, e: &mut Encoder<'_, Text>);
+}
+
+impl std::fmt::Debug for Share {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Share")
+            .field("nodes", &self.ptrs.len())
+            .field("meetings", &self.seq.len())
+            .field("deferred", &self.deferred.len())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Share {
     /// Pass 1 → pass 2.
     pub(crate) fn finish_walk(&mut self) {
         self.cursor = 0;
+        self.deferred.clear();
         if !self.ptrs.is_empty() {
             self.labels = vec![0; self.ptrs.len()];
         }
@@ -386,6 +411,30 @@ impl<'e, F: Format> Encoder<'e, F> {
         match w.upgrade() {
             Some(a) => self.node(Arc::as_ptr(&a) as usize, true, &*a),
             None => self.node_tag(TAG_DEAD, 0),
+        }
+    }
+
+    /// Defers a cell's content to after the root value (text: `<cell>`).
+    pub(crate) fn defer(&mut self, content: Arc<dyn Deferred>) {
+        if F::KIND == Kind::Text {
+            self.tok("<cell>");
+        }
+        self.share.deferred.push_back(content);
+    }
+
+    /// Writes the deferred cell contents (text: `cell: content` each), which
+    /// may defer more.
+    pub(crate) fn flush(&mut self) {
+        while let Some(c) = self.share.deferred.pop_front() {
+            match F::KIND {
+                Kind::Walk => c.walk(&mut self.reborrow()),
+                Kind::Binary => c.binary(&mut self.reborrow()),
+                Kind::Text => {
+                    self.tok("cell");
+                    self.out.push(b':');
+                    c.text(&mut self.reborrow());
+                }
+            }
         }
     }
 
