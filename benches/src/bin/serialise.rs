@@ -168,8 +168,19 @@ fn cyclic() {
 }
 
 fn main() {
-    flat();
-    words();
-    dag();
-    cyclic();
+    // Optional filter: `serialise dag` runs only the DAG figures.
+    let only = std::env::args().nth(1);
+    let run = |name: &str| only.as_deref().is_none_or(|o| o == name);
+    if run("flat") {
+        flat();
+    }
+    if run("words") {
+        words();
+    }
+    if run("dag") {
+        dag();
+    }
+    if run("cyclic") {
+        cyclic();
+    }
 }
