@@ -204,6 +204,7 @@ fn read_ref<T: 'static, S: Source>(d: &mut Decoder<'_, S>) -> Result<(usize, usi
             std::any::type_name::<T>()
         )));
     }
+    d.field("env")?;
     Ok((tramp, body_addr))
 }
 
