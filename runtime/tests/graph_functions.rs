@@ -39,7 +39,10 @@ fn fn_inside_messages() {
     }
     let k = 2u32;
     let msgs = vec![
-        Msg::Apply { to: Pid::new(graft::NodeId(1), 1, 1), f: mobile_fn!([k] |x: u32| x * k) },
+        Msg::Apply {
+            to: Pid::new(graft::NodeId(1), 1, 1),
+            f: mobile_fn!([k] |x: u32| x * k),
+        },
         Msg::Stop,
     ];
     let back: Vec<Msg> = graph::decode(&graph::encode(&msgs)).unwrap();
@@ -61,7 +64,10 @@ fn fn_once_and_returning() {
     let bytes = graph::encode(&job);
     let job: MobileFnOnce<Encoded> = graph::decode(&bytes).unwrap();
     let out = job.call();
-    assert_eq!(graph::peek_descriptor(&out.0).unwrap(), graph::descriptor_of::<String>().hash());
+    assert_eq!(
+        graph::peek_descriptor(&out.0).unwrap(),
+        graph::descriptor_of::<String>().hash()
+    );
     assert_eq!(out.decode::<String>().unwrap(), "hi!");
     // A returning function and a plain one of the same type coexist.
     let plain = MobileFnOnce::new(5u8, |x| Encoded(graph::encode(&(x + 1))));
@@ -76,7 +82,9 @@ fn functions_are_send_sync_clone() {
     check::<MobileFnOnce<String>>();
     let f = MobileFn::new((), |_: &(), x: u8| x);
     let g = f.clone();
-    std::thread::spawn(move || assert_eq!(g.call(3), 3)).join().unwrap();
+    std::thread::spawn(move || assert_eq!(g.call(3), 3))
+        .join()
+        .unwrap();
     assert_eq!(f.call(4), 4);
 }
 
@@ -123,4 +131,3 @@ fn signature_is_part_of_the_check() {
         Err(DecodeError::TypeMismatch { .. })
     ));
 }
-

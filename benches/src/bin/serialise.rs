@@ -58,8 +58,18 @@ fn flat() {
     assert_eq!(graph::decode::<Vec<u64>>(&bytes).unwrap(), v);
     let enc = time(|| graph::encode(&v), drop);
     let dec = time(|| graph::decode::<Vec<u64>>(&bytes).unwrap(), drop);
-    report("serialise", "flat_encode_mb_s", "MB/s", mb_s(bytes.len(), enc));
-    report("serialise", "flat_decode_mb_s", "MB/s", mb_s(bytes.len(), dec));
+    report(
+        "serialise",
+        "flat_encode_mb_s",
+        "MB/s",
+        mb_s(bytes.len(), enc),
+    );
+    report(
+        "serialise",
+        "flat_decode_mb_s",
+        "MB/s",
+        mb_s(bytes.len(), dec),
+    );
 }
 
 fn words() {
@@ -67,15 +77,27 @@ fn words() {
     let v: Vec<String> = (0..100_000)
         .map(|_| {
             let n = 5 + (rng.next() % 8) as usize;
-            (0..n).map(|_| (b'a' + (rng.next() % 26) as u8) as char).collect()
+            (0..n)
+                .map(|_| (b'a' + (rng.next() % 26) as u8) as char)
+                .collect()
         })
         .collect();
     let bytes = graph::encode(&v);
     assert_eq!(graph::decode::<Vec<String>>(&bytes).unwrap(), v);
     let enc = time(|| graph::encode(&v), drop);
     let dec = time(|| graph::decode::<Vec<String>>(&bytes).unwrap(), drop);
-    report("serialise", "words_encode_mb_s", "MB/s", mb_s(bytes.len(), enc));
-    report("serialise", "words_decode_mb_s", "MB/s", mb_s(bytes.len(), dec));
+    report(
+        "serialise",
+        "words_encode_mb_s",
+        "MB/s",
+        mb_s(bytes.len(), enc),
+    );
+    report(
+        "serialise",
+        "words_decode_mb_s",
+        "MB/s",
+        mb_s(bytes.len(), dec),
+    );
 }
 
 #[derive(Mobile)]
@@ -111,9 +133,24 @@ fn dag() {
     }
     let enc = time(|| graph::encode(&nodes), drop);
     let dec = time(|| graph::decode::<Vec<Arc<Node>>>(&bytes).unwrap(), drop);
-    report("serialise", "dag_encode_mnodes_s", "Mnodes/s", mnodes_s(NODES, enc));
-    report("serialise", "dag_decode_mnodes_s", "Mnodes/s", mnodes_s(NODES, dec));
-    report("serialise", "dag_bytes_per_node", "bytes", bytes.len() as f64 / NODES as f64);
+    report(
+        "serialise",
+        "dag_encode_mnodes_s",
+        "Mnodes/s",
+        mnodes_s(NODES, enc),
+    );
+    report(
+        "serialise",
+        "dag_decode_mnodes_s",
+        "Mnodes/s",
+        mnodes_s(NODES, dec),
+    );
+    report(
+        "serialise",
+        "dag_bytes_per_node",
+        "bytes",
+        bytes.len() as f64 / NODES as f64,
+    );
 }
 
 #[derive(Mobile)]
@@ -162,8 +199,18 @@ fn cyclic() {
     }
     let enc = time(|| graph::encode(&first), drop);
     let dec = time(|| graph::decode::<Arc<Ring>>(&bytes).unwrap(), free_ring);
-    report("serialise", "cyclic_encode_mnodes_s", "Mnodes/s", mnodes_s(NODES, enc));
-    report("serialise", "cyclic_decode_mnodes_s", "Mnodes/s", mnodes_s(NODES, dec));
+    report(
+        "serialise",
+        "cyclic_encode_mnodes_s",
+        "Mnodes/s",
+        mnodes_s(NODES, enc),
+    );
+    report(
+        "serialise",
+        "cyclic_decode_mnodes_s",
+        "Mnodes/s",
+        mnodes_s(NODES, dec),
+    );
     free_ring(first);
 }
 
