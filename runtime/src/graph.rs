@@ -259,7 +259,7 @@ fn header(bytes: &[u8]) -> Result<Header<'_>, DecodeError> {
     }
     let hash = bytes
         .get(5..13)
-        .map(|h| u64::get_le(h))
+        .map(<u64 as Scalar>::get)
         .ok_or(DecodeError::Truncated)?;
     let mut pos = 13;
     let n = wire::get_varint(bytes, &mut pos).ok_or(DecodeError::Truncated)?;
@@ -276,15 +276,6 @@ fn header(bytes: &[u8]) -> Result<Header<'_>, DecodeError> {
         name,
         body: &bytes[end..],
     })
-}
-
-trait GetLe {
-    fn get_le(b: &[u8]) -> u64;
-}
-impl GetLe for u64 {
-    fn get_le(b: &[u8]) -> u64 {
-        <u64 as Scalar>::get(b)
-    }
 }
 
 /// The descriptor hash of an encoded value (binary or text form), read from

@@ -145,7 +145,7 @@ fn hundred_thousand_mutations() {
         }
         try_binary(&m);
         n += 1;
-        if n % 8 == 0 {
+        if n & 7 == 0 {
             let t = &texts[r.below(texts.len() as u64) as usize];
             let mut t = t.clone();
             let i = r.below(t.len() as u64) as usize;
@@ -190,14 +190,10 @@ fn deep_garbage_does_not_overflow() {
     struct Deep(Option<Box<Deep>>, u8);
     let mut bytes = graph::encode(&Deep(None, 0));
     bytes.truncate(bytes.len() - 2);
-    for _ in 0..200_000 {
-        bytes.push(1);
-    }
+    bytes.resize(bytes.len() + 200_000, 1);
     bytes.push(0);
     bytes.push(7);
-    for _ in 0..200_000 {
-        bytes.push(7);
-    }
+    bytes.resize(bytes.len() + 200_000, 7);
     bytes.push(0xff); // trailing byte: the whole chain is built, then refused
     let err = graph::decode::<Deep>(&bytes).unwrap_err();
     assert_eq!(err, graph::DecodeError::TrailingBytes(1));

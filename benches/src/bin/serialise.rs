@@ -217,7 +217,10 @@ fn cyclic() {
 fn main() {
     // Optional filter: `serialise dag` runs only the DAG figures.
     let only = std::env::args().nth(1);
-    let run = |name: &str| only.as_deref().is_none_or(|o| o == name);
+    let run = |name: &str| match only.as_deref() {
+        None => true,
+        Some(o) => o == name,
+    };
     if run("flat") {
         flat();
     }

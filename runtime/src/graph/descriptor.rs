@@ -184,9 +184,12 @@ pub fn descriptor_of<T: Mobile>() -> &'static Descriptor {
     let mut b = Describer::default();
     T::describe(&mut b);
     let d: &'static Descriptor = Box::leak(Box::new(b.finish()));
-    *cache
-        .write()
-        .unwrap_or_else(|e| e.into_inner())
-        .entry(ty)
-        .or_insert(d)
+    let mut w = cache.write().unwrap_or_else(|e| e.into_inner());
+    match w.get(&ty) {
+        Some(&existing) => existing,
+        None => {
+            w.insert(ty, d);
+            d
+        }
+    }
 }
