@@ -196,11 +196,7 @@ impl<'e, F: Format> Encoder<'e, F> {
     pub fn scalar<P: Scalar>(&mut self, v: P) {
         match F::KIND {
             Kind::Walk => {}
-            Kind::Binary => {
-                let start = self.out.len();
-                self.out.resize(start + P::SIZE, 0);
-                v.put(&mut self.out[start..]);
-            }
+            Kind::Binary => v.push(self.out),
             Kind::Text => {
                 let mut s = std::mem::take(&mut self.text);
                 s.clear();

@@ -85,6 +85,8 @@ pub trait Scalar: sealed::Sealed + Copy + Send + Sync + 'static {
     #[doc(hidden)]
     fn put(self, out: &mut [u8]);
     #[doc(hidden)]
+    fn push(self, out: &mut Vec<u8>);
+    #[doc(hidden)]
     fn get(bytes: &[u8]) -> Self;
     #[doc(hidden)]
     fn text(self, out: &mut String);
@@ -101,6 +103,10 @@ macro_rules! int_scalar {
             #[inline(always)]
             fn put(self, out: &mut [u8]) {
                 out.copy_from_slice(&self.to_le_bytes());
+            }
+            #[inline(always)]
+            fn push(self, out: &mut Vec<u8>) {
+                out.extend_from_slice(&self.to_le_bytes());
             }
             #[inline(always)]
             fn get(bytes: &[u8]) -> Self {
@@ -128,6 +134,10 @@ macro_rules! float_scalar {
             #[inline(always)]
             fn put(self, out: &mut [u8]) {
                 out.copy_from_slice(&self.to_bits().to_le_bytes());
+            }
+            #[inline(always)]
+            fn push(self, out: &mut Vec<u8>) {
+                out.extend_from_slice(&self.to_bits().to_le_bytes());
             }
             #[inline(always)]
             fn get(bytes: &[u8]) -> Self {
