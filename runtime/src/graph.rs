@@ -54,6 +54,8 @@
 //! `Name { field: value }` for structs, `[n: items]` for sequences, variant
 //! names, quoted strings, and `&` (unshared node), `#n=` (shared node `n`,
 //! counted per type), `#n` (back-reference), `dead` (dead `Weak`) for nodes.
+//! A [`Cell`] shows as `<cell>` where it stands; the cell contents follow the
+//! root value, each as `cell: content`, in the order the cells were met.
 //!
 //! # Mobile functions
 //!
