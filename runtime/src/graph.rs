@@ -378,7 +378,7 @@ fn decode_body<T: Mobile, S: Source>(body: &[u8]) -> Result<T, DecodeError> {
         },
         Err(e) => Err(e),
     };
-    d.finish();
+    d.finish(r.is_err());
     r
 }
 

@@ -152,16 +152,19 @@ fn write_content<T: Mobile, F: Format>(slot: &Mutex<Option<T>>, e: &mut Encoder<
     }
 }
 
-fn fill<T: Mobile, S: Source>(
-    d: &mut Decoder<'_, S>,
-    cell: &(dyn Any + Send + Sync),
-) -> Result<(), DecodeError> {
+fn fill<T: Mobile, S: Source>(d: &mut Decoder<'_, S>, i: usize) -> Result<(), DecodeError> {
     let v = T::decode(d)?;
-    match cell.downcast_ref::<Mutex<Option<T>>>() {
+    match d.cell(i).downcast_ref::<Mutex<Option<T>>>() {
         Some(slot) => *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(v),
         None => unreachable!("graph::Cell filled with the wrong type"),
     }
     Ok(())
+}
+
+fn empty<T: Mobile>(cell: &(dyn Any + Send + Sync)) -> Option<Box<dyn Any + Send>> {
+    let slot = cell.downcast_ref::<Mutex<Option<T>>>()?;
+    let v = slot.lock().unwrap_or_else(|e| e.into_inner()).take()?;
+    Some(Box::new(v))
 }
 
 /// On the wire, a cell is nothing where it stands; its content follows the
@@ -177,7 +180,7 @@ impl<T: Mobile> Mobile for Cell<T> {
     }
     fn decode<S: Source>(d: &mut Decoder<'_, S>) -> Result<Self, DecodeError> {
         let slot = Arc::new(Mutex::new(None));
-        d.defer(fill::<T, S>, slot.clone())?;
+        d.defer(fill::<T, S>, empty::<T>, slot.clone())?;
         Ok(Cell { slot })
     }
 }

@@ -20,7 +20,6 @@
 //! value, when every node it can point to is complete.
 
 use std::any::{Any, TypeId};
-use std::collections::VecDeque;
 use std::marker::PhantomData;
 use std::sync::{Arc, Weak};
 
@@ -59,14 +58,24 @@ pub struct Decoder<'a, S: Source> {
     segments: usize,
     max_segments: usize,
     zero_budget: u64,
-    /// Cells waiting for their content, in order.
-    deferred: VecDeque<(Fill<'a, S>, Arc<dyn Any + Send + Sync>)>,
+    /// Every cell this decode made, in order; those from `filled` on wait
+    /// for their content.
+    cells: Vec<CellEntry<'a, S>>,
+    filled: usize,
     _s: PhantomData<S>,
 }
 
-/// Decodes a cell's content into the cell (type-erased).
-pub(crate) type Fill<'a, S> =
-    for<'b> fn(&'b mut Decoder<'a, S>, &'b (dyn Any + Send + Sync)) -> Result<()>;
+/// A cell made by the decoder (type-erased).
+struct CellEntry<'a, S: Source> {
+    fill: Fill<'a, S>,
+    empty: Empty,
+    cell: Arc<dyn Any + Send + Sync>,
+}
+
+/// Decodes the content of cell number `i` into it.
+pub(crate) type Fill<'a, S> = for<'b> fn(&'b mut Decoder<'a, S>, usize) -> Result<()>;
+/// Takes the content out of a cell (to break cycles of a failed decode).
+pub(crate) type Empty = fn(&(dyn Any + Send + Sync)) -> Option<Box<dyn Any + Send>>;
 
 impl<S: Source> std::fmt::Debug for Decoder<'_, S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -89,7 +98,8 @@ impl<'a, S: Source> Decoder<'a, S> {
             segments: 0,
             max_segments: 0,
             zero_budget: ZERO_SIZE_BUDGET.saturating_add((input.len() as u64).saturating_mul(64)),
-            deferred: VecDeque::new(),
+            cells: Vec::new(),
+            filled: 0,
             _s: PhantomData,
         }
     }
@@ -101,13 +111,21 @@ impl<'a, S: Source> Decoder<'a, S> {
     }
 
     /// Ends the decode: drops the tables (and any partly built values) on a
-    /// stack deep enough for them.
-    pub(crate) fn finish(self) {
+    /// stack deep enough for them. After a failure, empties every cell the
+    /// decode made first: strong cycles only go through cells, so this
+    /// frees the partial graph instead of leaking it.
+    pub(crate) fn finish(self, failed: bool) {
+        let mut contents = Vec::new();
+        if failed {
+            for c in &self.cells {
+                contents.extend((c.empty)(&*c.cell));
+            }
+        }
+        let all = (contents, self.tables, self.graveyard, self.cells);
         if self.max_segments > 0 {
-            stack::drop_deep(
-                (self.tables, self.graveyard, self.deferred),
-                self.max_segments,
-            );
+            stack::drop_deep(all, self.max_segments);
+        } else {
+            drop(all);
         }
     }
 
@@ -115,23 +133,31 @@ impl<'a, S: Source> Decoder<'a, S> {
     pub(crate) fn defer(
         &mut self,
         fill: Fill<'a, S>,
+        empty: Empty,
         cell: Arc<dyn Any + Send + Sync>,
     ) -> Result<()> {
         if S::TEXT {
             self.expect_word("<cell>")?;
         }
-        self.deferred.push_back((fill, cell));
+        self.cells.push(CellEntry { fill, empty, cell });
         Ok(())
+    }
+
+    /// Cell number `i` (for its `Fill`).
+    pub(crate) fn cell(&self, i: usize) -> &(dyn Any + Send + Sync) {
+        &*self.cells[i].cell
     }
 
     /// Fills the queued cells (which may queue more).
     pub(crate) fn flush(&mut self) -> Result<()> {
-        while let Some((fill, cell)) = self.deferred.pop_front() {
+        while self.filled < self.cells.len() {
             if S::TEXT {
                 self.expect_word("cell")?;
                 self.punct(b':')?;
             }
-            fill(self, &*cell)?;
+            let i = self.filled;
+            (self.cells[i].fill)(self, i)?;
+            self.filled += 1;
         }
         Ok(())
     }

@@ -334,6 +334,13 @@ impl Mobile for Encoded {
 /// let f = graft::mobile_fn!([offset, scale] |x: i64| x * scale + offset);
 /// assert_eq!(f.call(1), 12);
 /// ```
+///
+/// A variable left out of the list is a compile error:
+///
+/// ```compile_fail
+/// let secret = 5i64;
+/// let f = graft::mobile_fn!([] |x: i64| x + secret);
+/// ```
 #[macro_export]
 macro_rules! mobile_fn {
     ([$($cap:ident),* $(,)?] |$arg:ident : $ty:ty| $body:expr) => {
