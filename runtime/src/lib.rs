@@ -56,6 +56,7 @@ mod context;
 mod coroutine;
 mod error;
 mod exit;
+pub mod graph;
 mod loom;
 mod node;
 mod pid;
@@ -73,6 +74,8 @@ pub use api::{
 };
 pub use error::Error;
 pub use exit::{ExitReason, ExitSignal, ProcessDied};
+pub use graft_derive::Mobile;
+pub use graph::Mobile;
 pub use node::{Node, NodeConfig};
 pub use pid::{MonitorRef, NodeId, Pid};
 pub use process::receive::{expect, expect_timeout, receive, Receive, Unknown};

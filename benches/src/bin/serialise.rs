@@ -1,0 +1,236 @@
+//! Bench `serialise`: graft's graph serialiser on flat data, words, a DAG
+//! with sharing and a one-million-node cycle (issue 3 lists the workloads and
+//! what bincode, rkyv and Erlang do on them).
+//!
+//! Each figure is the median of several runs; MB = 10^6 encoded bytes.
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use graft::graph::{self, Cell};
+use graft::Mobile;
+use graft_benches::report;
+
+const RUNS: usize = 7;
+
+/// A small deterministic generator (xorshift64*).
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+/// Median time of `f` over the runs; each run's result is dropped outside
+/// the timed region.
+fn time<R>(mut f: impl FnMut() -> R, mut after: impl FnMut(R)) -> Duration {
+    let mut times = Vec::with_capacity(RUNS);
+    for _ in 0..RUNS {
+        let t = Instant::now();
+        let r = black_box(f());
+        times.push(t.elapsed());
+        after(r);
+    }
+    median(times)
+}
+
+fn mb_s(bytes: usize, d: Duration) -> f64 {
+    bytes as f64 / 1e6 / d.as_secs_f64()
+}
+
+fn mnodes_s(nodes: usize, d: Duration) -> f64 {
+    nodes as f64 / 1e6 / d.as_secs_f64()
+}
+
+fn flat() {
+    let mut rng = Rng(0x1234_5678);
+    let v: Vec<u64> = (0..1_000_000).map(|_| rng.next()).collect();
+    let bytes = graph::encode(&v);
+    assert_eq!(graph::decode::<Vec<u64>>(&bytes).unwrap(), v);
+    let enc = time(|| graph::encode(&v), drop);
+    let dec = time(|| graph::decode::<Vec<u64>>(&bytes).unwrap(), drop);
+    report(
+        "serialise",
+        "flat_encode_mb_s",
+        "MB/s",
+        mb_s(bytes.len(), enc),
+    );
+    report(
+        "serialise",
+        "flat_decode_mb_s",
+        "MB/s",
+        mb_s(bytes.len(), dec),
+    );
+}
+
+fn words() {
+    let mut rng = Rng(0x9e37_79b9);
+    let v: Vec<String> = (0..100_000)
+        .map(|_| {
+            let n = 5 + (rng.next() % 8) as usize;
+            (0..n)
+                .map(|_| (b'a' + (rng.next() % 26) as u8) as char)
+                .collect()
+        })
+        .collect();
+    let bytes = graph::encode(&v);
+    assert_eq!(graph::decode::<Vec<String>>(&bytes).unwrap(), v);
+    let enc = time(|| graph::encode(&v), drop);
+    let dec = time(|| graph::decode::<Vec<String>>(&bytes).unwrap(), drop);
+    report(
+        "serialise",
+        "words_encode_mb_s",
+        "MB/s",
+        mb_s(bytes.len(), enc),
+    );
+    report(
+        "serialise",
+        "words_decode_mb_s",
+        "MB/s",
+        mb_s(bytes.len(), dec),
+    );
+}
+
+#[derive(Mobile)]
+struct Node {
+    value: u64,
+    children: Vec<Arc<Node>>,
+}
+
+const NODES: usize = 1_000_000;
+
+fn dag() {
+    let mut nodes: Vec<Arc<Node>> = Vec::with_capacity(NODES);
+    for i in 0..NODES {
+        let children = if i == 0 {
+            vec![]
+        } else {
+            vec![nodes[i / 100].clone(), nodes[i / 1000].clone()]
+        };
+        nodes.push(Arc::new(Node {
+            value: i as u64,
+            children,
+        }));
+    }
+    let bytes = graph::encode(&nodes);
+    {
+        let back: Vec<Arc<Node>> = graph::decode(&bytes).unwrap();
+        assert_eq!(back.len(), NODES);
+        for (i, n) in back.iter().enumerate().skip(1) {
+            assert_eq!(n.value, i as u64);
+            assert!(Arc::ptr_eq(&n.children[0], &back[i / 100]));
+            assert!(Arc::ptr_eq(&n.children[1], &back[i / 1000]));
+        }
+    }
+    let enc = time(|| graph::encode(&nodes), drop);
+    let dec = time(|| graph::decode::<Vec<Arc<Node>>>(&bytes).unwrap(), drop);
+    report(
+        "serialise",
+        "dag_encode_mnodes_s",
+        "Mnodes/s",
+        mnodes_s(NODES, enc),
+    );
+    report(
+        "serialise",
+        "dag_decode_mnodes_s",
+        "Mnodes/s",
+        mnodes_s(NODES, dec),
+    );
+    report(
+        "serialise",
+        "dag_bytes_per_node",
+        "bytes",
+        bytes.len() as f64 / NODES as f64,
+    );
+}
+
+#[derive(Mobile)]
+struct Ring {
+    value: u64,
+    next: Cell<Option<Arc<Ring>>>,
+}
+
+/// Breaks the cycle and frees the ring iteratively.
+fn free_ring(r: Arc<Ring>) {
+    let mut next = r.next.replace(None);
+    drop(r);
+    while let Some(n) = next {
+        next = n.next.replace(None);
+    }
+}
+
+fn cyclic() {
+    let first = Arc::new(Ring {
+        value: 0,
+        next: Cell::new(None),
+    });
+    let mut prev = first.clone();
+    for i in 1..NODES as u64 {
+        let node = Arc::new(Ring {
+            value: i,
+            next: Cell::new(None),
+        });
+        prev.next.set(Some(node.clone()));
+        prev = node;
+    }
+    prev.next.set(Some(first.clone()));
+    drop(prev);
+    let bytes = graph::encode(&first);
+    {
+        let back: Arc<Ring> = graph::decode(&bytes).unwrap();
+        let mut cur = back.clone();
+        for i in 0..NODES as u64 {
+            assert_eq!(cur.value, i);
+            let n = cur.next.get().unwrap();
+            cur = n;
+        }
+        assert!(Arc::ptr_eq(&cur, &back));
+        drop(cur);
+        free_ring(back);
+    }
+    let enc = time(|| graph::encode(&first), drop);
+    let dec = time(|| graph::decode::<Arc<Ring>>(&bytes).unwrap(), free_ring);
+    report(
+        "serialise",
+        "cyclic_encode_mnodes_s",
+        "Mnodes/s",
+        mnodes_s(NODES, enc),
+    );
+    report(
+        "serialise",
+        "cyclic_decode_mnodes_s",
+        "Mnodes/s",
+        mnodes_s(NODES, dec),
+    );
+    free_ring(first);
+}
+
+fn main() {
+    // Optional filter: `serialise dag` runs only the DAG figures.
+    let only = std::env::args().nth(1);
+    let run = |name: &str| match only.as_deref() {
+        None => true,
+        Some(o) => o == name,
+    };
+    if run("flat") {
+        flat();
+    }
+    if run("words") {
+        words();
+    }
+    if run("dag") {
+        dag();
+    }
+    if run("cyclic") {
+        cyclic();
+    }
+}

@@ -1,0 +1,662 @@
+//! The decoder: the mirror image of [`Encoder`](super::Encoder).
+//!
+//! Bounds, so that decoding is total on any input:
+//!
+//! - every read checks the remaining input and fails with
+//!   [`DecodeError::Truncated`];
+//! - a collection's length is checked against the remaining input before
+//!   anything is allocated (each item needs at least `WIRE_MIN` bytes), so
+//!   allocations stay proportional to the input; items that take no bytes at
+//!   all (`()`) draw on a per-decode budget instead;
+//! - depth is bounded by memory, not by the stack (see `stack.rs`); a deep
+//!   value that was partly built when an error struck is dropped on a thread
+//!   with a stack as deep as the one that built it.
+//!
+//! Shared nodes live in one table per type (a `Vec` of slots, indexed by the
+//! per-type label). A slot is `Building` while its content is decoded, which
+//! lets a `Weak` back-reference inside it point at it (`Arc::new_cyclic`);
+//! a strong back-reference to a `Building` node is refused. Strong cycles go
+//! through [`Cell`](super::Cell): a cell's content is decoded after the root
+//! value, when every node it can point to is complete.
+
+use std::any::{Any, TypeId};
+use std::marker::PhantomData;
+use std::sync::{Arc, Weak};
+
+use super::encode::{TAG_DEAD, TAG_NEW, TAG_REF, TAG_SHARED};
+use super::stack;
+use super::wire::{get_varint, Scalar, Source};
+use super::{DecodeError, Mobile};
+
+type Result<T> = std::result::Result<T, DecodeError>;
+
+/// Items of zero wire size a decode may produce, beyond 64 per input byte.
+const ZERO_SIZE_BUDGET: u64 = 1 << 20;
+
+pub(crate) enum Slot<T> {
+    /// Registered, content not decoded yet, no `Weak` available.
+    #[cfg_attr(panic = "unwind", allow(dead_code))]
+    Pending,
+    /// Content being decoded inside `Arc::new_cyclic`.
+    Building(Weak<T>),
+    /// Complete.
+    Done(Arc<T>),
+}
+
+/// Reads a value written by an [`Encoder`](super::Encoder), in the binary
+/// or the text form.
+pub struct Decoder<'a, S: Source> {
+    input: &'a [u8],
+    pos: usize,
+    /// Shared-node tables, one per type, searched linearly (few types).
+    tables: Vec<(TypeId, Box<dyn Any + Send>)>,
+    /// Partly built values of a failed decode, dropped on a deep stack.
+    graveyard: Vec<Box<dyn Any + Send>>,
+    /// Lowest stack address this segment may use.
+    floor: usize,
+    /// Current and deepest segment nesting.
+    segments: usize,
+    max_segments: usize,
+    zero_budget: u64,
+    /// Every cell this decode made, in order; those from `filled` on wait
+    /// for their content.
+    cells: Vec<CellEntry<'a, S>>,
+    filled: usize,
+    _s: PhantomData<S>,
+}
+
+/// A cell made by the decoder (type-erased).
+struct CellEntry<'a, S: Source> {
+    fill: Fill<'a, S>,
+    empty: Empty,
+    cell: Arc<dyn Any + Send + Sync>,
+}
+
+/// Decodes the content of cell number `i` into it.
+pub(crate) type Fill<'a, S> = for<'b> fn(&'b mut Decoder<'a, S>, usize) -> Result<()>;
+/// Takes the content out of a cell (to break cycles of a failed decode).
+pub(crate) type Empty = fn(&(dyn Any + Send + Sync)) -> Option<Box<dyn Any + Send>>;
+
+impl<S: Source> std::fmt::Debug for Decoder<'_, S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Decoder")
+            .field("text", &S::TEXT)
+            .field("pos", &self.pos)
+            .field("len", &self.input.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a, S: Source> Decoder<'a, S> {
+    pub(crate) fn new(input: &'a [u8]) -> Self {
+        Decoder {
+            input,
+            pos: 0,
+            tables: Vec::new(),
+            graveyard: Vec::new(),
+            floor: stack::floor(stack::FIRST_BUDGET),
+            segments: 0,
+            max_segments: 0,
+            zero_budget: ZERO_SIZE_BUDGET.saturating_add((input.len() as u64).saturating_mul(64)),
+            cells: Vec::new(),
+            filled: 0,
+            _s: PhantomData,
+        }
+    }
+
+    /// Bytes not read yet.
+    #[inline]
+    pub(crate) fn remaining(&self) -> usize {
+        self.input.len() - self.pos
+    }
+
+    /// Ends the decode: drops the tables (and any partly built values) on a
+    /// stack deep enough for them. After a failure, empties every cell the
+    /// decode made first: strong cycles only go through cells, so this
+    /// frees the partial graph instead of leaking it.
+    pub(crate) fn finish(self, failed: bool) {
+        let mut contents = Vec::new();
+        if failed {
+            for c in &self.cells {
+                contents.extend((c.empty)(&*c.cell));
+            }
+        }
+        let all = (contents, self.tables, self.graveyard, self.cells);
+        if self.max_segments > 0 {
+            stack::drop_deep(all, self.max_segments);
+        } else {
+            drop(all);
+        }
+    }
+
+    /// Queues a cell to be filled after the root value.
+    pub(crate) fn defer(
+        &mut self,
+        fill: Fill<'a, S>,
+        empty: Empty,
+        cell: Arc<dyn Any + Send + Sync>,
+    ) -> Result<()> {
+        if S::TEXT {
+            self.expect_word("<cell>")?;
+        }
+        self.cells.push(CellEntry { fill, empty, cell });
+        Ok(())
+    }
+
+    /// Cell number `i` (for its `Fill`).
+    pub(crate) fn cell(&self, i: usize) -> &(dyn Any + Send + Sync) {
+        &*self.cells[i].cell
+    }
+
+    /// Fills the queued cells (which may queue more).
+    pub(crate) fn flush(&mut self) -> Result<()> {
+        while self.filled < self.cells.len() {
+            if S::TEXT {
+                self.expect_word("cell")?;
+                self.punct(b':')?;
+            }
+            let i = self.filled;
+            (self.cells[i].fill)(self, i)?;
+            self.filled += 1;
+        }
+        Ok(())
+    }
+
+    /// An [`DecodeError::Invalid`] with this message.
+    #[cold]
+    pub fn invalid(&self, msg: impl Into<String>) -> DecodeError {
+        let msg = msg.into();
+        if S::TEXT {
+            DecodeError::Invalid(format!("{msg} (at byte {})", self.pos))
+        } else {
+            DecodeError::Invalid(msg)
+        }
+    }
+
+    // ---- raw binary reads -------------------------------------------------
+
+    #[inline]
+    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
+        if n > self.remaining() {
+            return Err(DecodeError::Truncated);
+        }
+        let s = &self.input[self.pos..self.pos + n];
+        self.pos += n;
+        Ok(s)
+    }
+
+    #[inline]
+    fn varint(&mut self) -> Result<u64> {
+        get_varint(self.input, &mut self.pos).ok_or(if self.pos >= self.input.len() {
+            DecodeError::Truncated
+        } else {
+            DecodeError::Invalid("LEB128 number over 64 bits".into())
+        })
+    }
+
+    pub(crate) fn byte(&mut self) -> Result<u8> {
+        Ok(self.take(1)?[0])
+    }
+
+    // ---- text tokens ------------------------------------------------------
+
+    fn skip_ws(&mut self) {
+        while self.pos < self.input.len() && self.input[self.pos].is_ascii_whitespace() {
+            self.pos += 1;
+        }
+    }
+
+    /// A run of characters up to whitespace or punctuation.
+    pub(crate) fn word(&mut self) -> Result<&'a str> {
+        self.skip_ws();
+        let start = self.pos;
+        while self.pos < self.input.len() {
+            let c = self.input[self.pos];
+            if c.is_ascii_whitespace() || matches!(c, b'{' | b'}' | b'[' | b']' | b':' | b'"') {
+                break;
+            }
+            self.pos += 1;
+        }
+        if start == self.pos {
+            return Err(if self.pos >= self.input.len() {
+                DecodeError::Truncated
+            } else {
+                self.invalid("expected a word")
+            });
+        }
+        std::str::from_utf8(&self.input[start..self.pos]).map_err(|_| self.invalid("bad UTF-8"))
+    }
+
+    pub(crate) fn punct(&mut self, c: u8) -> Result<()> {
+        self.skip_ws();
+        match self.input.get(self.pos) {
+            None => Err(DecodeError::Truncated),
+            Some(&b) if b == c => {
+                self.pos += 1;
+                Ok(())
+            }
+            Some(_) => Err(self.invalid(format!("expected `{}`", c as char))),
+        }
+    }
+
+    fn expect_word(&mut self, w: &str) -> Result<()> {
+        let got = self.word()?;
+        if got == w {
+            Ok(())
+        } else {
+            Err(self.invalid(format!("expected `{w}`, found `{got}`")))
+        }
+    }
+
+    fn text_number<P: Scalar>(&mut self) -> Result<P> {
+        let w = self.word()?;
+        P::parse(w).ok_or_else(|| self.invalid(format!("`{w}` is not a {}", P::NAME)))
+    }
+
+    /// A quoted string with Rust escapes.
+    fn text_string(&mut self) -> Result<String> {
+        self.punct(b'"')?;
+        let mut s = String::new();
+        loop {
+            let rest = &self.input[self.pos..];
+            let stop = rest
+                .iter()
+                .position(|&b| b == b'"' || b == b'\\')
+                .ok_or(DecodeError::Truncated)?;
+            s.push_str(std::str::from_utf8(&rest[..stop]).map_err(|_| self.invalid("bad UTF-8"))?);
+            self.pos += stop + 1;
+            if rest[stop] == b'"' {
+                return Ok(s);
+            }
+            let esc = self.byte()?;
+            match esc {
+                b'n' => s.push('\n'),
+                b'r' => s.push('\r'),
+                b't' => s.push('\t'),
+                b'0' => s.push('\0'),
+                b'\\' => s.push('\\'),
+                b'"' => s.push('"'),
+                b'\'' => s.push('\''),
+                b'u' => {
+                    if self.byte()? != b'{' {
+                        return Err(self.invalid("bad \\u escape"));
+                    }
+                    let rest = &self.input[self.pos..];
+                    let end = rest
+                        .iter()
+                        .take(7)
+                        .position(|&b| b == b'}')
+                        .ok_or_else(|| self.invalid("bad \\u escape"))?;
+                    let hex = std::str::from_utf8(&rest[..end])
+                        .map_err(|_| self.invalid("bad \\u escape"))?;
+                    let c = u32::from_str_radix(hex, 16)
+                        .ok()
+                        .and_then(char::from_u32)
+                        .ok_or_else(|| self.invalid("bad \\u escape"))?;
+                    s.push(c);
+                    self.pos += end + 1;
+                }
+                _ => return Err(self.invalid("unknown escape")),
+            }
+        }
+    }
+
+    // ---- the API used by `Mobile::decode` -------------------------------
+
+    /// Reads one number.
+    #[inline(always)]
+    pub fn scalar<P: Scalar>(&mut self) -> Result<P> {
+        if S::TEXT {
+            return self.text_number();
+        }
+        Ok(P::get(self.take(P::SIZE)?))
+    }
+
+    /// Reads `n` numbers (the body of a `Vec<u64>`, say).
+    #[inline]
+    pub fn scalars<P: Scalar>(&mut self, n: usize) -> Result<Vec<P>> {
+        if S::TEXT {
+            let cap = n.min(self.remaining());
+            let mut v = Vec::with_capacity(cap);
+            for _ in 0..n {
+                v.push(self.text_number()?);
+            }
+            return Ok(v);
+        }
+        let bytes = n.checked_mul(P::SIZE).ok_or(DecodeError::Truncated)?;
+        let raw = self.take(bytes)?;
+        Ok(raw.chunks_exact(P::SIZE).map(P::get).collect())
+    }
+
+    /// Reads a count written by [`Encoder::count`](super::Encoder::count).
+    #[inline]
+    pub fn count(&mut self) -> Result<u64> {
+        if S::TEXT {
+            return self.text_number();
+        }
+        self.varint()
+    }
+
+    /// Reads a string.
+    #[inline]
+    pub fn str(&mut self) -> Result<String> {
+        if S::TEXT {
+            return self.text_string();
+        }
+        let n = self.varint()?;
+        if n > self.remaining() as u64 {
+            return Err(DecodeError::Truncated);
+        }
+        let raw = self.take(n as usize)?;
+        match std::str::from_utf8(raw) {
+            Ok(s) => Ok(s.to_owned()),
+            Err(_) => Err(self.invalid("string is not UTF-8")),
+        }
+    }
+
+    /// Reads the start of a sequence: its length, not yet checked (see
+    /// [`capacity`](Self::capacity)).
+    #[inline]
+    pub fn seq_begin(&mut self) -> Result<u64> {
+        if S::TEXT {
+            self.punct(b'[')?;
+            let n = self.text_number()?;
+            self.punct(b':')?;
+            return Ok(n);
+        }
+        self.varint()
+    }
+
+    /// Reads the end of a sequence.
+    #[inline]
+    pub fn seq_end(&mut self) -> Result<()> {
+        if S::TEXT {
+            return self.punct(b']');
+        }
+        Ok(())
+    }
+
+    /// Checks that `n` items of `T` can be in the rest of the input, and
+    /// returns a capacity that is safe to allocate for them.
+    ///
+    /// # Errors
+    ///
+    /// [`DecodeError::Truncated`] if they cannot fit, or
+    /// [`DecodeError::LimitExceeded`] for too many zero-size items.
+    #[inline]
+    pub fn capacity<T: Mobile>(&mut self, n: u64) -> Result<usize> {
+        self.capacity_min(n, T::WIRE_MIN)
+    }
+
+    pub(crate) fn capacity_min(&mut self, n: u64, wire_min: usize) -> Result<usize> {
+        let min = if S::TEXT { wire_min.min(1) } else { wire_min } as u64;
+        if min == 0 {
+            self.zero_budget = self.zero_budget.checked_sub(n).ok_or_else(|| {
+                DecodeError::LimitExceeded(format!("{n} items of zero wire size"))
+            })?;
+            return Ok((n as usize).min(4096));
+        }
+        if n > self.remaining() as u64 / min {
+            return Err(DecodeError::Truncated);
+        }
+        Ok(n as usize)
+    }
+
+    /// Reads which variant follows; `names` are the variants in order.
+    ///
+    /// # Errors
+    ///
+    /// [`DecodeError::Invalid`] for an index or name that is not a variant.
+    #[inline]
+    pub fn variant(&mut self, names: &[&str]) -> Result<u32> {
+        if S::TEXT {
+            let w = self.word()?;
+            return match names.iter().position(|n| *n == w) {
+                Some(i) => Ok(i as u32),
+                None => {
+                    Err(self.invalid(format!("unknown variant `{w}`, expected one of {names:?}")))
+                }
+            };
+        }
+        let i = self.varint()?;
+        if i < names.len() as u64 {
+            Ok(i as u32)
+        } else {
+            Err(self.invalid(format!(
+                "variant index {i} out of range (expected one of {names:?})"
+            )))
+        }
+    }
+
+    /// Reads the start of a struct or variant body.
+    #[inline]
+    pub fn begin(&mut self, name: &str) -> Result<()> {
+        if S::TEXT {
+            if !name.is_empty() {
+                self.expect_word(name)?;
+            }
+            return self.punct(b'{');
+        }
+        Ok(())
+    }
+
+    /// Reads a field name (text form only; tuple fields pass `""`).
+    #[inline]
+    pub fn field(&mut self, name: &str) -> Result<()> {
+        if S::TEXT && !name.is_empty() {
+            self.expect_word(name)?;
+            return self.punct(b':');
+        }
+        Ok(())
+    }
+
+    /// Reads the end of a struct or variant body.
+    #[inline]
+    pub fn end(&mut self) -> Result<()> {
+        if S::TEXT {
+            return self.punct(b'}');
+        }
+        Ok(())
+    }
+
+    /// Runs `f` with enough stack: on a new stack segment when this one is
+    /// used up.
+    ///
+    /// # Errors
+    ///
+    /// Whatever `f` returns, or [`DecodeError::LimitExceeded`] when no
+    /// segment thread can be started.
+    #[inline]
+    pub fn nest<R: Send>(&mut self, f: impl FnOnce(&mut Self) -> Result<R> + Send) -> Result<R> {
+        if stack::position() > self.floor {
+            return f(self);
+        }
+        self.hop(f)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn hop<R: Send>(&mut self, f: impl FnOnce(&mut Self) -> Result<R> + Send) -> Result<R> {
+        let saved = self.floor;
+        self.segments += 1;
+        self.max_segments = self.max_segments.max(self.segments);
+        let this = &mut *self;
+        let r = stack::on_new_segment(move |floor| {
+            this.floor = floor;
+            f(this)
+        });
+        self.segments -= 1;
+        self.floor = saved;
+        r.unwrap_or_else(|| {
+            Err(DecodeError::LimitExceeded(
+                "no thread for a stack segment".into(),
+            ))
+        })
+    }
+
+    /// Keeps a partly built value of a failing decode, to drop it on a deep
+    /// enough stack. Call this before returning an error with values decoded
+    /// so far (the derive does).
+    #[inline]
+    pub fn bury<V: Send + 'static>(&mut self, v: V) {
+        if self.max_segments > 0 {
+            self.graveyard.push(Box::new(v));
+        }
+    }
+
+    /// [`bury`](Self::bury) `v` and return `e`.
+    #[cold]
+    pub fn bury_err<V: Send + 'static>(&mut self, v: V, e: DecodeError) -> DecodeError {
+        self.bury(v);
+        e
+    }
+
+    // ---- nodes ------------------------------------------------------------
+
+    fn table<T: Mobile>(&mut self) -> &mut Vec<Slot<T>> {
+        let ty = TypeId::of::<T>();
+        let i = match self.tables.iter().position(|(t, _)| *t == ty) {
+            Some(i) => i,
+            None => {
+                self.tables.push((ty, Box::new(Vec::<Slot<T>>::new())));
+                self.tables.len() - 1
+            }
+        };
+        match self.tables[i].1.downcast_mut::<Vec<Slot<T>>>() {
+            Some(t) => t,
+            None => unreachable!("graph decoder: table keyed by the wrong TypeId"),
+        }
+    }
+
+    /// Reads a node tag and, for back-references, the label.
+    fn node_tag<T: Mobile>(&mut self) -> Result<(u8, usize)> {
+        if S::TEXT {
+            let w = self.word()?;
+            return match w {
+                "&" => Ok((TAG_NEW, 0)),
+                "dead" => Ok((TAG_DEAD, 0)),
+                _ => {
+                    let body = w
+                        .strip_prefix('#')
+                        .ok_or_else(|| self.invalid(format!("bad node tag `{w}`")))?;
+                    let (num, tag) = match body.strip_suffix('=') {
+                        Some(n) => (n, TAG_SHARED),
+                        None => (body, TAG_REF),
+                    };
+                    let label: usize = num
+                        .parse()
+                        .map_err(|_| self.invalid(format!("bad node label `{w}`")))?;
+                    if tag == TAG_SHARED && label != self.table::<T>().len() {
+                        return Err(self.invalid(format!("node label #{label} out of order")));
+                    }
+                    Ok((tag, label))
+                }
+            };
+        }
+        let tag = self.byte()?;
+        if tag == TAG_REF {
+            let l = self.varint()?;
+            return Ok((tag, usize::try_from(l).unwrap_or(usize::MAX)));
+        }
+        Ok((tag, 0))
+    }
+
+    /// Reads an `Arc` node.
+    ///
+    /// # Errors
+    ///
+    /// Truncated or invalid input, a back-reference to an unknown node, or a
+    /// strong reference into a node under construction.
+    pub fn arc<T: Mobile>(&mut self) -> Result<Arc<T>> {
+        let (tag, label) = self.node_tag::<T>()?;
+        match tag {
+            TAG_NEW => self.nest(|d| T::decode_arc(d, false)),
+            TAG_SHARED => self.nest(|d| T::decode_arc(d, true)),
+            TAG_REF => match self.table::<T>().get(label) {
+                Some(Slot::Done(a)) => Ok(a.clone()),
+                Some(_) => Err(self.invalid(
+                    "strong reference to a node still being decoded (strong cycles must go through graph::Cell)",
+                )),
+                None => Err(self.invalid(format!("back-reference to unknown node #{label}"))),
+            },
+            TAG_DEAD => Err(self.invalid("dead weak reference where an Arc was expected")),
+            t => Err(self.invalid(format!("bad node tag {t}"))),
+        }
+    }
+
+    /// Reads a `Weak` node.
+    ///
+    /// # Errors
+    ///
+    /// As [`arc`](Self::arc).
+    pub fn weak<T: Mobile>(&mut self) -> Result<Weak<T>> {
+        let (tag, label) = self.node_tag::<T>()?;
+        match tag {
+            TAG_NEW => {
+                // Nothing else holds it: the weak is dead on arrival, as it
+                // would be on the sender once its holders outside the
+                // graph let go.
+                let a = self.nest(|d| T::decode_arc(d, false))?;
+                let w = Arc::downgrade(&a);
+                self.bury(a);
+                Ok(w)
+            }
+            TAG_SHARED => Ok(Arc::downgrade(&self.nest(|d| T::decode_arc(d, true))?)),
+            TAG_REF => match self.table::<T>().get(label) {
+                Some(Slot::Done(a)) => Ok(Arc::downgrade(a)),
+                Some(Slot::Building(w)) => Ok(w.clone()),
+                Some(Slot::Pending) => Err(self.invalid(
+                    "weak cycle: this build uses panic=abort, which cannot decode weak cycles",
+                )),
+                None => Err(self.invalid(format!("back-reference to unknown node #{label}"))),
+            },
+            TAG_DEAD => Ok(Weak::new()),
+            t => Err(self.invalid(format!("bad node tag {t}"))),
+        }
+    }
+
+    /// Decodes the content of a shared node, which weak back-references
+    /// inside it may point to.
+    #[cfg(panic = "unwind")]
+    pub(crate) fn decode_cyclic<T: Mobile>(&mut self) -> Result<Arc<T>> {
+        use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+        /// Unwinds out of `Arc::new_cyclic` when the content fails to decode
+        /// (the closure must return a `T`); not a panic: no hook runs.
+        struct Unwind;
+        let label = self.table::<T>().len();
+        let mut failure = None;
+        let built = catch_unwind(AssertUnwindSafe(|| {
+            Arc::new_cyclic(|w| {
+                self.table::<T>().push(Slot::Building(w.clone()));
+                match T::decode(self) {
+                    Ok(v) => v,
+                    Err(e) => {
+                        failure = Some(e);
+                        resume_unwind(Box::new(Unwind))
+                    }
+                }
+            })
+        }));
+        match built {
+            Ok(a) => {
+                self.table::<T>()[label] = Slot::Done(a.clone());
+                Ok(a)
+            }
+            Err(payload) => match failure {
+                Some(e) => Err(e),
+                None => resume_unwind(payload),
+            },
+        }
+    }
+
+    /// Without unwinding, no `Arc::new_cyclic` escape: weak cycles are
+    /// refused (see [`weak`](Self::weak)).
+    #[cfg(not(panic = "unwind"))]
+    pub(crate) fn decode_cyclic<T: Mobile>(&mut self) -> Result<Arc<T>> {
+        let label = self.table::<T>().len();
+        self.table::<T>().push(Slot::Pending);
+        let a = Arc::new(T::decode(self)?);
+        self.table::<T>()[label] = Slot::Done(a.clone());
+        Ok(a)
+    }
+}

@@ -1,0 +1,72 @@
+//! [`DecodeError`]: everything that can go wrong when decoding.
+
+use std::fmt;
+
+/// Why a graph could not be decoded.
+///
+/// Decoding is total: every input yields either a value or one of these.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DecodeError {
+    /// The input ended before the value did.
+    Truncated,
+    /// The input does not start with the graph magic, or has an unknown version.
+    BadHeader(String),
+    /// The data describes another type than the one asked for.
+    TypeMismatch {
+        /// Readable name of the type the data was encoded as.
+        found: String,
+        /// Its descriptor hash.
+        found_hash: u64,
+        /// Readable name of the type the receiver asked for.
+        expected: String,
+        /// Its descriptor hash.
+        expected_hash: u64,
+    },
+    /// A mobile function was encoded by another build of the program.
+    ForeignCode {
+        /// Fingerprint carried by the data.
+        found: u64,
+        /// Fingerprint of the running executable.
+        expected: u64,
+    },
+    /// A code reference failed its checks (address outside the executable's
+    /// code, or a corrupted reference).
+    BadCode(String),
+    /// The bytes are not a valid encoding of the expected type.
+    Invalid(String),
+    /// The data asks for more than the configured limits allow.
+    LimitExceeded(String),
+    /// Bytes were left over after the value.
+    TrailingBytes(usize),
+}
+
+impl fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DecodeError::Truncated => f.write_str("truncated input: the data ends inside a value"),
+            DecodeError::BadHeader(m) => write!(f, "not a graft graph: {m}"),
+            DecodeError::TypeMismatch {
+                found,
+                found_hash,
+                expected,
+                expected_hash,
+            } => write!(
+                f,
+                "type mismatch: the data is a `{found}` (descriptor {found_hash:016x}) \
+                 but a `{expected}` (descriptor {expected_hash:016x}) was expected"
+            ),
+            DecodeError::ForeignCode { found, expected } => write!(
+                f,
+                "code from another build: function reference has build fingerprint \
+                 {found:016x}, this executable is {expected:016x}"
+            ),
+            DecodeError::BadCode(m) => write!(f, "invalid code reference: {m}"),
+            DecodeError::Invalid(m) => write!(f, "invalid data: {m}"),
+            DecodeError::LimitExceeded(m) => write!(f, "limit exceeded: {m}"),
+            DecodeError::TrailingBytes(n) => write!(f, "{n} trailing bytes after the value"),
+        }
+    }
+}
+
+impl std::error::Error for DecodeError {}

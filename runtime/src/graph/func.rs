@@ -1,0 +1,377 @@
+//! Mobile functions: [`MobileFn`], [`MobileFnOnce`] and [`Encoded`].
+//!
+//! A mobile function is a plain function pointer plus an environment
+//! `E: Mobile` passed beside it. The body is a non-capturing closure that
+//! coerces to `fn(&E, A) -> R` (or `fn(E) -> R`), so the compiler checks the
+//! capture list: a body that touches anything not in `E` does not compile.
+//! On the wire it is a code reference (see `code.rs`) plus the environment's
+//! graph; sharing between the environment and the rest of the message is
+//! kept.
+
+use std::fmt;
+use std::sync::Arc;
+
+use super::code;
+use super::wire::{Binary, Format, Source, Text, Walk};
+use super::{DecodeError, Decoder, Describer, Encoder, Mobile};
+
+/// The environment side of a type-erased closure.
+pub(crate) trait EnvEncode: Send + Sync {
+    fn env_walk(&self, e: &mut Encoder<'_, Walk>);
+    fn env_binary(&self, e: &mut Encoder<'_, Binary>);
+    fn env_text(&self, e: &mut Encoder<'_, Text>);
+    /// Trampoline and body addresses, for the text or the binary source.
+    fn code(&self, text: bool) -> (usize, usize);
+}
+
+trait ErasedFn<A, R>: EnvEncode {
+    fn call(&self, a: A) -> R;
+    fn env(&self) -> &dyn EnvEncode;
+}
+
+trait ErasedOnce<R>: EnvEncode {
+    fn call(self: Box<Self>) -> R;
+    fn env(&self) -> &dyn EnvEncode;
+}
+
+struct FnClosure<E, A, R> {
+    env: E,
+    body: fn(&E, A) -> R,
+}
+
+struct OnceClosure<E, R> {
+    env: E,
+    body: fn(E) -> R,
+}
+
+struct ReturningClosure<E, R> {
+    env: E,
+    body: fn(E) -> R,
+}
+
+macro_rules! env_encode {
+    ($ty:ty, [$($g:tt)*], $tramp:ident <$($ga:ident),*>) => {
+        impl<$($g)*> EnvEncode for $ty {
+            fn env_walk(&self, e: &mut Encoder<'_, Walk>) {
+                self.env.encode(e);
+            }
+            fn env_binary(&self, e: &mut Encoder<'_, Binary>) {
+                self.env.encode(e);
+            }
+            fn env_text(&self, e: &mut Encoder<'_, Text>) {
+                self.env.encode(e);
+            }
+            fn code(&self, text: bool) -> (usize, usize) {
+                let tramp = if text {
+                    code::$tramp::<$($ga,)* Text>()
+                } else {
+                    code::$tramp::<$($ga,)* Binary>()
+                };
+                (tramp, self.body as usize)
+            }
+        }
+    };
+}
+
+env_encode!(FnClosure<E, A, R>, [E: Mobile, A: 'static, R: 'static], fn_tramp<E, A, R>);
+env_encode!(OnceClosure<E, R>, [E: Mobile, R: 'static], once_tramp<E, R>);
+env_encode!(ReturningClosure<E, R>, [E: Mobile, R: Mobile], returning_tramp<E, R>);
+
+impl<E: Mobile, A: 'static, R: 'static> ErasedFn<A, R> for FnClosure<E, A, R> {
+    fn call(&self, a: A) -> R {
+        (self.body)(&self.env, a)
+    }
+    fn env(&self) -> &dyn EnvEncode {
+        self
+    }
+}
+
+impl<E: Mobile, R: 'static> ErasedOnce<R> for OnceClosure<E, R> {
+    fn call(self: Box<Self>) -> R {
+        (self.body)(self.env)
+    }
+    fn env(&self) -> &dyn EnvEncode {
+        self
+    }
+}
+
+impl<E: Mobile, R: Mobile> ErasedOnce<Encoded> for ReturningClosure<E, R> {
+    fn call(self: Box<Self>) -> Encoded {
+        Encoded(super::encode(&(self.body)(self.env)))
+    }
+    fn env(&self) -> &dyn EnvEncode {
+        self
+    }
+}
+
+/// A function that can be called many times and sent to another node: a
+/// code reference plus a mobile environment.
+///
+/// Build it from an environment `E: Mobile` and a non-capturing closure
+/// taking `&E`, or with [`mobile_fn!`](crate::mobile_fn). It is `Clone`
+/// (cheap: the environment is shared), `Send + Sync`, and [`Mobile`]: it can
+/// travel inside messages, to any node running the same build (see
+/// [`fingerprint`](super::fingerprint)).
+///
+/// # Examples
+///
+/// ```
+/// use graft::graph::{self, MobileFn};
+///
+/// let offset = 10i64;
+/// let add = MobileFn::new(offset, |offset: &i64, x: i64| x + offset);
+/// assert_eq!(add.call(5), 15);
+///
+/// let back: MobileFn<i64, i64> = graph::decode(&graph::encode(&add)).unwrap();
+/// assert_eq!(back.call(1), 11);
+///
+/// // The same with the macro: captures listed in brackets.
+/// let add = graft::mobile_fn!([offset] |x: i64| x + offset);
+/// assert_eq!(add.call(2), 12);
+/// ```
+pub struct MobileFn<A, R> {
+    inner: Arc<dyn ErasedFn<A, R>>,
+}
+
+impl<A: 'static, R: 'static> MobileFn<A, R> {
+    /// A function with environment `env` and code `body`.
+    pub fn new<E: Mobile>(env: E, body: fn(&E, A) -> R) -> Self {
+        MobileFn {
+            inner: Arc::new(FnClosure { env, body }),
+        }
+    }
+
+    /// Calls the function.
+    pub fn call(&self, a: A) -> R {
+        self.inner.call(a)
+    }
+}
+
+impl<A, R> Clone for MobileFn<A, R> {
+    fn clone(&self) -> Self {
+        MobileFn {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<A, R> fmt::Debug for MobileFn<A, R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (_, body) = self.inner.code(false);
+        write!(
+            f,
+            "MobileFn({}@{body:#x})",
+            std::any::type_name::<fn(A) -> R>()
+        )
+    }
+}
+
+impl<A: 'static, R: 'static> Mobile for MobileFn<A, R> {
+    const WIRE_MIN: usize = 32;
+    fn describe(d: &mut Describer) {
+        // Functions only cross between identical builds, so compiler type
+        // names are stable enough here.
+        d.write("MobileFn<");
+        d.write(std::any::type_name::<A>());
+        d.write(",");
+        d.write(std::any::type_name::<R>());
+        d.write(">");
+    }
+    fn encode<F: Format>(&self, e: &mut Encoder<'_, F>) {
+        e.begin("fn");
+        let (tramp, body) = self.inner.code(<F::Src as Source>::TEXT);
+        code::write_ref::<Self, F>(e, tramp, body);
+        e.field("env");
+        e.env(self.inner.env());
+        e.end();
+    }
+    fn decode<S: Source>(d: &mut Decoder<'_, S>) -> Result<Self, DecodeError> {
+        d.begin("fn")?;
+        let f = code::read_fn::<A, R, S>(d)?;
+        d.end()?;
+        Ok(f)
+    }
+}
+
+/// A function that is called once, such as a spawn body, and can be sent to
+/// another node: a code reference plus a mobile environment.
+///
+/// # Examples
+///
+/// ```
+/// use graft::graph::{self, Encoded, MobileFnOnce};
+///
+/// let job = MobileFnOnce::new(vec![1u64, 2, 3], |v: Vec<u64>| v.iter().sum::<u64>());
+/// let job: MobileFnOnce<u64> = graph::decode(&graph::encode(&job)).unwrap();
+/// assert_eq!(job.call(), 6);
+///
+/// // For `call_on`: the receiver runs it without knowing `R`, and gets the
+/// // encoded result back.
+/// let job = MobileFnOnce::<Encoded>::returning(7u32, |x| x * 6);
+/// let job: MobileFnOnce<Encoded> = graph::decode(&graph::encode(&job)).unwrap();
+/// let result = job.call();
+/// assert_eq!(result.decode::<u32>().unwrap(), 42);
+/// ```
+pub struct MobileFnOnce<R> {
+    inner: Box<dyn ErasedOnce<R>>,
+}
+
+impl<R: 'static> MobileFnOnce<R> {
+    /// A function with environment `env` and code `body`.
+    pub fn new<E: Mobile>(env: E, body: fn(E) -> R) -> Self {
+        MobileFnOnce {
+            inner: Box::new(OnceClosure { env, body }),
+        }
+    }
+
+    /// Calls the function.
+    pub fn call(self) -> R {
+        self.inner.call()
+    }
+}
+
+impl MobileFnOnce<Encoded> {
+    /// A function that runs `body` on `env` and returns its result encoded
+    /// (with [`graph::encode`](super::encode): header, descriptor and all).
+    /// The node that runs it needs not know `R`; the node that asked decodes
+    /// the [`Encoded`] as an `R`.
+    pub fn returning<E: Mobile, R: Mobile>(env: E, body: fn(E) -> R) -> Self {
+        MobileFnOnce {
+            inner: Box::new(ReturningClosure { env, body }),
+        }
+    }
+}
+
+impl<R> fmt::Debug for MobileFnOnce<R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (_, body) = self.inner.code(false);
+        write!(
+            f,
+            "MobileFnOnce({}@{body:#x})",
+            std::any::type_name::<fn() -> R>()
+        )
+    }
+}
+
+impl<R: 'static> Mobile for MobileFnOnce<R> {
+    const WIRE_MIN: usize = 32;
+    fn describe(d: &mut Describer) {
+        d.write("MobileFnOnce<");
+        d.write(std::any::type_name::<R>());
+        d.write(">");
+    }
+    fn encode<F: Format>(&self, e: &mut Encoder<'_, F>) {
+        e.begin("fn_once");
+        let (tramp, body) = self.inner.code(<F::Src as Source>::TEXT);
+        code::write_ref::<Self, F>(e, tramp, body);
+        e.field("env");
+        e.env(self.inner.env());
+        e.end();
+    }
+    fn decode<S: Source>(d: &mut Decoder<'_, S>) -> Result<Self, DecodeError> {
+        d.begin("fn_once")?;
+        let f = code::read_once::<R, S>(d)?;
+        d.end()?;
+        Ok(f)
+    }
+}
+
+/// An encoded value (the output of [`graph::encode`](super::encode)), as
+/// returned by a [`MobileFnOnce::returning`] function.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Encoded(pub Vec<u8>);
+
+impl Encoded {
+    /// Decodes the value.
+    ///
+    /// # Errors
+    ///
+    /// As [`graph::decode`](super::decode).
+    pub fn decode<T: Mobile>(&self) -> Result<T, DecodeError> {
+        super::decode(&self.0)
+    }
+
+    /// The bytes.
+    pub fn into_bytes(self) -> Vec<u8> {
+        self.0
+    }
+}
+
+impl fmt::Debug for Encoded {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match super::peek_descriptor(&self.0) {
+            Ok(h) => write!(f, "Encoded({} bytes, type {h:016x})", self.0.len()),
+            Err(_) => write!(f, "Encoded({} bytes)", self.0.len()),
+        }
+    }
+}
+
+impl Mobile for Encoded {
+    const WIRE_MIN: usize = 1;
+    fn describe(d: &mut Describer) {
+        d.write("Encoded");
+    }
+    fn encode<F: Format>(&self, e: &mut Encoder<'_, F>) {
+        self.0.encode(e);
+    }
+    fn decode<S: Source>(d: &mut Decoder<'_, S>) -> Result<Self, DecodeError> {
+        Vec::decode(d).map(Encoded)
+    }
+}
+
+/// Builds a [`MobileFn`](crate::graph::MobileFn) from a closure and its
+/// capture list: `mobile_fn!([a, b] |x: T| body)` or `mobile_fn!([a] || body)`
+/// (argument `()`).
+///
+/// The captured variables are moved into the environment (a tuple, which
+/// must be [`Mobile`](crate::graph::Mobile)); inside the body each name is a
+/// reference to its value. A body that uses a variable not in the list does
+/// not compile.
+///
+/// ```
+/// let offset = 10i64;
+/// let scale = 2i64;
+/// let f = graft::mobile_fn!([offset, scale] |x: i64| x * scale + offset);
+/// assert_eq!(f.call(1), 12);
+/// ```
+///
+/// A variable left out of the list is a compile error:
+///
+/// ```compile_fail
+/// let secret = 5i64;
+/// let f = graft::mobile_fn!([] |x: i64| x + secret);
+/// ```
+#[macro_export]
+macro_rules! mobile_fn {
+    ([$($cap:ident),* $(,)?] |$arg:ident : $ty:ty| $body:expr) => {
+        $crate::graph::MobileFn::new(($($cap,)*), |__graft_env, $arg: $ty| {
+            let ($($cap,)*) = __graft_env;
+            $body
+        })
+    };
+    ([$($cap:ident),* $(,)?] || $body:expr) => {
+        $crate::graph::MobileFn::new(($($cap,)*), |__graft_env, (): ()| {
+            let ($($cap,)*) = __graft_env;
+            $body
+        })
+    };
+}
+
+/// Builds a [`MobileFnOnce`](crate::graph::MobileFnOnce) from a closure and
+/// its capture list: `mobile_fn_once!([a, b] || body)`. The captured
+/// variables are moved into the environment and moved into the body.
+///
+/// ```
+/// let name = String::from("world");
+/// let f = graft::mobile_fn_once!([name] || format!("hello {name}"));
+/// assert_eq!(f.call(), "hello world");
+/// ```
+#[macro_export]
+macro_rules! mobile_fn_once {
+    ([$($cap:ident),* $(,)?] || $body:expr) => {
+        $crate::graph::MobileFnOnce::new(($($cap,)*), |__graft_env| {
+            let ($($cap,)*) = __graft_env;
+            $body
+        })
+    };
+}
