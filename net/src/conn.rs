@@ -60,6 +60,8 @@ pub(crate) struct Conn {
     /// Written once, by the first `close`.
     closed: AtomicBool,
     reason: Mutex<Option<NetError>>,
+    /// Set once `peer_up` has returned (by the thread that called it).
+    announced: AtomicBool,
     /// Set by whoever reports `peer_down` (normally the reader).
     down_reported: AtomicBool,
     max_frame: usize,
@@ -84,6 +86,7 @@ impl Conn {
             wake: Condvar::new(),
             closed: AtomicBool::new(false),
             reason: Mutex::new(None),
+            announced: AtomicBool::new(false),
             down_reported: AtomicBool::new(false),
             max_frame,
             compress_threshold,
@@ -143,6 +146,15 @@ impl Conn {
     /// Why the connection closed (`Closed` if it has not).
     pub(crate) fn reason(&self) -> NetError {
         self.reason.lock().clone().unwrap_or(NetError::Closed)
+    }
+
+    /// Whether `peer_up` has been called and returned.
+    pub(crate) fn is_announced(&self) -> bool {
+        self.announced.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn set_announced(&self) {
+        self.announced.store(true, Ordering::Release);
     }
 
     /// True for the one caller that gets to report `peer_down`.

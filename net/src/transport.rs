@@ -287,10 +287,10 @@ impl Transport {
         }
     }
 
-    /// The peers that are up, by id.
+    /// The peers that are up (`peer_up` called, connection not closed), by id.
     pub fn peers(&self) -> Vec<PeerInfo> {
         let mut v: Vec<PeerInfo> = (self.inner.peers.read().values())
-            .filter(|c| !c.is_closed())
+            .filter(|c| c.is_announced() && !c.is_closed())
             .map(|c| c.info.clone())
             .collect();
         v.sort_by_key(|p| p.id);
@@ -474,6 +474,16 @@ impl Inner {
         self.changed.notify_all();
     }
 
+    /// Calls `peer_up`, then lets `connect` calls waiting for this node
+    /// return it.
+    fn announce(&self, conn: &Arc<Conn>) {
+        self.handler.peer_up(&conn.info);
+        conn.set_announced();
+        // Taking the lock orders the flag before any waiter's check-then-wait.
+        drop(self.state.lock());
+        self.changed.notify_all();
+    }
+
     /// Reports `peer_down` for `conn` unless that was done already.
     fn report_down(&self, conn: &Arc<Conn>) {
         if !conn.take_down_report() {
@@ -532,7 +542,7 @@ impl Inner {
                 return;
             }
         };
-        self.handler.peer_up(&conn.info);
+        self.announce(&conn);
         if let Err(e) = self.start_writer(&conn) {
             conn.close(e);
         }
@@ -595,21 +605,22 @@ impl Inner {
 
     // ---- outbound ----
 
-    fn find_addr(&self, addr: SocketAddr) -> Option<PeerInfo> {
+    /// The name of a connected node that announced `addr`.
+    fn find_addr(&self, addr: SocketAddr) -> Option<String> {
         (self.peers.read().values())
             .find(|c| c.info.listen_addr == addr && !c.is_closed())
-            .map(|c| c.info.clone())
+            .map(|c| c.info.name.clone())
     }
 
     fn connect(self: &Arc<Self>, addr: SocketAddr) -> Result<PeerInfo, NetError> {
-        if let Some(p) = self.find_addr(addr) {
-            return Ok(p);
+        let timeout = self.cfg.connect_timeout;
+        let deadline = Instant::now() + timeout;
+        if let Some(name) = self.find_addr(addr) {
+            return self.wait_for_name(&name, deadline);
         }
         if self.state.lock().closed {
             return Err(NetError::Shutdown);
         }
-        let timeout = self.cfg.connect_timeout;
-        let deadline = Instant::now() + timeout;
         let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
         sock.set_nodelay(true)?;
         sock.connect_timeout(&addr.into(), timeout)
@@ -627,7 +638,7 @@ impl Inner {
             Connected::Existing(p) => return Ok(p),
             Connected::New(conn, dec) => (conn, dec),
         };
-        self.handler.peer_up(&conn.info);
+        self.announce(&conn);
         let (c, me) = (conn.clone(), self.clone());
         if let Err(e) = self.spawn("graft-net-rd", move || me.run_reader(c, stream, dec)) {
             conn.close(e.clone());
@@ -746,19 +757,21 @@ impl Inner {
         self.changed.notify_all();
     }
 
-    /// Waits until `name` is up (by another connection) or the deadline.
+    /// Waits until `name` is up and announced (by another connection), or
+    /// the deadline.
     fn wait_for_name(&self, name: &str, deadline: Instant) -> Result<PeerInfo, NetError> {
         let mut st = self.state.lock();
         loop {
             if st.closed {
                 return Err(NetError::Shutdown);
             }
-            if let Some(Slot::Up(c)) = st.names.get(name) {
-                return Ok(c.info.clone());
+            match st.names.get(name) {
+                Some(Slot::Up(c)) if c.is_announced() => return Ok(c.info.clone()),
+                _ => {}
             }
             if self.changed.wait_until(&mut st, deadline).timed_out() {
                 return match st.names.get(name) {
-                    Some(Slot::Up(c)) => Ok(c.info.clone()),
+                    Some(Slot::Up(c)) if c.is_announced() => Ok(c.info.clone()),
                     _ => Err(NetError::Timeout),
                 };
             }

@@ -1,0 +1,151 @@
+//! Shared test helpers: a recording handler and a bounded wait.
+#![allow(dead_code, unreachable_pub)]
+
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use graft_net::{Handler, NetConfig, NetError, PeerId, PeerInfo, Transport};
+
+/// Hang guard for every wait in the tests (never a speed assertion).
+pub const GUARD: Duration = Duration::from_secs(30);
+
+#[derive(Debug, Clone)]
+pub enum Event {
+    Up(PeerInfo),
+    Frame(PeerId, u8, Vec<u8>),
+    Down(PeerInfo, NetError),
+}
+
+/// Records every callback, in order.
+#[derive(Debug, Default)]
+pub struct Recorder {
+    events: Mutex<Vec<Event>>,
+    cv: Condvar,
+}
+
+impl Recorder {
+    pub fn new() -> Arc<Recorder> {
+        Arc::new(Recorder::default())
+    }
+
+    fn push(&self, e: Event) {
+        self.events.lock().unwrap().push(e);
+        self.cv.notify_all();
+    }
+
+    pub fn events(&self) -> Vec<Event> {
+        self.events.lock().unwrap().clone()
+    }
+
+    /// Waits (up to the hang guard) until `pred` holds for the events.
+    pub fn wait_for(&self, what: &str, pred: impl Fn(&[Event]) -> bool) {
+        let deadline = Instant::now() + GUARD;
+        let mut ev = self.events.lock().unwrap();
+        while !pred(&ev) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            assert!(
+                !left.is_zero(),
+                "timed out waiting for {what}; events: {:?}",
+                summary(&ev)
+            );
+            ev = self.cv.wait_timeout(ev, left).unwrap().0;
+        }
+    }
+
+    pub fn frames_from(&self, peer: PeerId) -> Vec<(u8, Vec<u8>)> {
+        self.events
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|e| match e {
+                Event::Frame(p, k, d) if *p == peer => Some((*k, d.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    pub fn frame_count(&self) -> usize {
+        count_frames(&self.events.lock().unwrap())
+    }
+
+    pub fn ups(&self) -> Vec<PeerInfo> {
+        ups(&self.events.lock().unwrap())
+    }
+
+    pub fn downs(&self) -> Vec<(PeerInfo, NetError)> {
+        downs(&self.events.lock().unwrap())
+    }
+}
+
+pub fn count_frames(ev: &[Event]) -> usize {
+    ev.iter().filter(|e| matches!(e, Event::Frame(..))).count()
+}
+
+pub fn ups(ev: &[Event]) -> Vec<PeerInfo> {
+    ev.iter()
+        .filter_map(|e| match e {
+            Event::Up(p) => Some(p.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+pub fn downs(ev: &[Event]) -> Vec<(PeerInfo, NetError)> {
+    ev.iter()
+        .filter_map(|e| match e {
+            Event::Down(p, r) => Some((p.clone(), r.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+fn summary(ev: &[Event]) -> Vec<String> {
+    let mut out: Vec<String> = ev
+        .iter()
+        .filter(|e| !matches!(e, Event::Frame(..)))
+        .map(|e| match e {
+            Event::Up(p) => format!("up {} {}", p.name, p.id),
+            Event::Down(p, r) => format!("down {} {}: {r}", p.name, p.id),
+            Event::Frame(..) => unreachable!(),
+        })
+        .collect();
+    out.push(format!("{} frames", count_frames(ev)));
+    out
+}
+
+impl Handler for Recorder {
+    fn peer_up(&self, peer: &PeerInfo) {
+        self.push(Event::Up(peer.clone()));
+    }
+    fn frame(&self, peer: &PeerInfo, kind: u8, payload: Vec<u8>) {
+        self.push(Event::Frame(peer.id, kind, payload));
+    }
+    fn peer_down(&self, peer: &PeerInfo, reason: &NetError) {
+        self.push(Event::Down(peer.clone(), reason.clone()));
+    }
+}
+
+pub fn init_log() {
+    let _ = env_logger::builder().is_test(true).try_init();
+}
+
+pub fn config(name: &str, cookie: &str) -> NetConfig {
+    NetConfig::new(name, "127.0.0.1:0".parse().unwrap())
+        .cookie(cookie)
+        .connect_timeout(Duration::from_secs(10))
+}
+
+pub fn start(cfg: NetConfig) -> (Transport, Arc<Recorder>) {
+    let rec = Recorder::new();
+    let t = Transport::start(cfg, rec.clone()).expect("start transport");
+    (t, rec)
+}
+
+/// Polls `cond` every few ms until true, or panics after the hang guard.
+pub fn wait_until(what: &str, cond: impl Fn() -> bool) {
+    let deadline = Instant::now() + GUARD;
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
