@@ -59,6 +59,9 @@ pub enum NetError {
     Replaced,
     /// The transport was shut down.
     Shutdown,
+    /// Another connection between the same two nodes was kept and this one
+    /// dropped (seen by [`RawClient`](crate::RawClient) and in logs).
+    Duplicate,
     /// No connected peer has this id (it never existed, or it went down).
     NotConnected(PeerId),
 }
@@ -91,6 +94,9 @@ impl fmt::Display for NetError {
             NetError::Disconnected => f.write_str("disconnected locally"),
             NetError::Replaced => f.write_str("replaced by a newer incarnation of the node"),
             NetError::Shutdown => f.write_str("transport shut down"),
+            NetError::Duplicate => {
+                f.write_str("dropped in favour of another connection between the same nodes")
+            }
             NetError::NotConnected(p) => write!(f, "peer {p} is not connected"),
         }
     }

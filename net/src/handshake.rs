@@ -231,9 +231,7 @@ fn status_error(payload: &[u8], peer: &str) -> NetError {
             "refused by {peer}: {}",
             String::from_utf8_lossy(&payload[1..])
         )),
-        Some(&status::DUPLICATE) => NetError::Handshake(format!(
-            "{peer} dropped this connection in favour of another one"
-        )),
+        Some(&status::DUPLICATE) => NetError::Duplicate,
         _ => NetError::Handshake(format!("unexpected status from {peer}")),
     }
 }

@@ -49,7 +49,7 @@ impl RawClient {
     /// # Errors
     ///
     /// As [`Transport::connect`](crate::Transport::connect); a duplicate
-    /// connection is [`NetError::Handshake`].
+    /// connection is [`NetError::Duplicate`].
     pub fn connect(addr: SocketAddr, cfg: &NetConfig) -> Result<(RawClient, PeerInfo), NetError> {
         let cookie = resolve_cookie(cfg.cookie.as_deref())?;
         let mut stream = TcpStream::connect_timeout(&addr, cfg.connect_timeout)?;
@@ -76,10 +76,7 @@ impl RawClient {
                 };
                 Ok((RawClient { stream, dec }, info))
             }
-            Outcome::Duplicate(h) => Err(NetError::Handshake(format!(
-                "{} is already connected to a node named {}",
-                h.name, me.name
-            ))),
+            Outcome::Duplicate(_) => Err(NetError::Duplicate),
         }
     }
 

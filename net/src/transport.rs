@@ -537,6 +537,7 @@ impl Inner {
             Err(e) => {
                 match e {
                     NetError::Auth { .. } | NetError::Shutdown => {}
+                    NetError::Duplicate => log::debug!("graft-net: {remote}: {e}"),
                     e => log::warn!("graft-net: refusing connection from {remote}: {e}"),
                 }
                 return;

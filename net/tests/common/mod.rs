@@ -28,19 +28,24 @@ impl Recorder {
         Arc::new(Recorder::default())
     }
 
+    /// The events, even if a panicking test poisoned the lock.
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Event>> {
+        self.events.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     fn push(&self, e: Event) {
-        self.events.lock().unwrap().push(e);
+        self.lock().push(e);
         self.cv.notify_all();
     }
 
     pub fn events(&self) -> Vec<Event> {
-        self.events.lock().unwrap().clone()
+        self.lock().clone()
     }
 
     /// Waits (up to the hang guard) until `pred` holds for the events.
     pub fn wait_for(&self, what: &str, pred: impl Fn(&[Event]) -> bool) {
         let deadline = Instant::now() + GUARD;
-        let mut ev = self.events.lock().unwrap();
+        let mut ev = self.lock();
         while !pred(&ev) {
             let left = deadline.saturating_duration_since(Instant::now());
             assert!(
@@ -48,7 +53,11 @@ impl Recorder {
                 "timed out waiting for {what}; events: {:?}",
                 summary(&ev)
             );
-            ev = self.cv.wait_timeout(ev, left).unwrap().0;
+            ev = self
+                .cv
+                .wait_timeout(ev, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
         }
     }
 
@@ -65,20 +74,27 @@ impl Recorder {
     }
 
     pub fn frame_count(&self) -> usize {
-        count_frames(&self.events.lock().unwrap())
+        count_frames(&self.lock())
     }
 
     pub fn ups(&self) -> Vec<PeerInfo> {
-        ups(&self.events.lock().unwrap())
+        ups(&self.lock())
     }
 
     pub fn downs(&self) -> Vec<(PeerInfo, NetError)> {
-        downs(&self.events.lock().unwrap())
+        downs(&self.lock())
     }
 }
 
 pub fn count_frames(ev: &[Event]) -> usize {
     ev.iter().filter(|e| matches!(e, Event::Frame(..))).count()
+}
+
+/// Frames from `peer` among `ev`.
+pub fn frames_of(ev: &[Event], peer: PeerId) -> usize {
+    ev.iter()
+        .filter(|e| matches!(e, Event::Frame(p, ..) if *p == peer))
+        .count()
 }
 
 pub fn ups(ev: &[Event]) -> Vec<PeerInfo> {
