@@ -408,4 +408,62 @@ mod tests {
         assert_ne!(mac(&k, &n, "a", "b"), mac(&[3; 32], &n, "a", "b"));
         assert_ne!(mac(&k, &n, "ab", ""), mac(&k, &n, "a", "b"));
     }
+
+    /// The acceptor checks the initiator's answer itself (with equal
+    /// cookies an honest initiator would have refused first, so this side
+    /// is driven by hand here).
+    #[test]
+    fn acceptor_refuses_a_wrong_answer() {
+        use std::net::TcpListener;
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let me = Identity {
+            name: "acceptor".into(),
+            listen_addr: addr,
+            creation: 1,
+            fingerprint: 0,
+            key: crate::cookie::derive_key("right"),
+        };
+        let server = std::thread::spawn(move || {
+            let (mut s, remote) = l.accept().unwrap();
+            let mut dec = Decoder::new(1024, MAX_HANDSHAKE_FRAME);
+            let deadline = Instant::now() + std::time::Duration::from_secs(30);
+            accept(&mut s, &mut dec, &me, deadline, remote)
+        });
+        let mut c = TcpStream::connect(addr).unwrap();
+        let hello = Hello {
+            version: PROTOCOL_VERSION,
+            name: "intruder".into(),
+            listen_addr: addr,
+            creation: 1,
+            fingerprint: 0,
+            nonce: [5; 32],
+        };
+        frame::write_frame(&mut c, kind::HELLO, &hello.encode()).unwrap();
+        let mut dec = Decoder::new(1024, MAX_HANDSHAKE_FRAME);
+        let deadline = Instant::now() + std::time::Duration::from_secs(30);
+        let (k, p) = read_frame(&mut c, &mut dec, deadline).unwrap();
+        assert_eq!(k, kind::HELLO);
+        let theirs = Hello::decode(&p).unwrap();
+        assert_eq!(
+            read_frame(&mut c, &mut dec, deadline).unwrap().0,
+            kind::REPLY
+        );
+        // Answer with a key derived from another cookie.
+        let wrong = mac(
+            &crate::cookie::derive_key("wrong"),
+            &theirs.nonce,
+            "intruder",
+            "acceptor",
+        );
+        frame::write_frame(&mut c, kind::REPLY, wrong.as_bytes()).unwrap();
+        let (k, p) = read_frame(&mut c, &mut dec, deadline).unwrap();
+        assert_eq!(
+            (k, p.as_slice()),
+            (kind::STATUS, &[status::AUTH_FAILED][..])
+        );
+        let e = server.join().unwrap().unwrap_err();
+        assert!(matches!(e, NetError::Auth { .. }), "{e:?}");
+        assert!(e.to_string().contains("intruder"), "{e}");
+    }
 }

@@ -96,7 +96,7 @@ fn raw_tcp_garbage_is_dropped_before_the_handshake() {
         ),
         ("nothing at all", vec![], false),
     ];
-    for (round, (what, bytes, eof)) in cases.into_iter().enumerate() {
+    for (what, bytes, eof) in cases {
         let mut s = TcpStream::connect(a.local_addr()).unwrap();
         s.write_all(&bytes).unwrap();
         if eof {
