@@ -111,6 +111,10 @@ fn large_payloads_round_trip_compressed() {
     // On the wire, the compressible payload really is compressed.
     let probe_cfg = config("probe", "c");
     let (mut raw, _) = RawClient::connect(a.local_addr(), &probe_cfg).unwrap();
+    // The acceptor announces a peer after the initiator's connect returned.
+    wait_until("probe listed", || {
+        a.peers().iter().any(|p| p.name == "probe")
+    });
     let probe = a.peers().into_iter().find(|p| p.name == "probe").unwrap();
     a.send(probe.id, 203, &text).unwrap();
     let (kind, flags, wire) = loop {

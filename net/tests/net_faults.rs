@@ -57,7 +57,7 @@ fn setup() -> (
     );
     let (b, rb) = start(config("b", "c"));
     b.connect(a.local_addr()).unwrap();
-    ra.wait_for("a sees b", |ev| ups(ev).len() == 1);
+    wait_until("a lists b", || a.peers().len() == 1);
     (a, b, ra, rb)
 }
 
