@@ -57,8 +57,9 @@ pub(crate) struct Conn {
     stream: TcpStream,
     out: Mutex<Outbox>,
     wake: Condvar,
-    /// Written once, by the first `close`.
+    /// Set once, by the first `close`, after `reason`.
     closed: AtomicBool,
+    /// Written once, by the first `close`.
     reason: Mutex<Option<NetError>>,
     /// Set once `peer_up` has returned (by the thread that called it).
     announced: AtomicBool,
@@ -134,13 +135,24 @@ impl Conn {
 
     /// Closes the connection for `reason`; only the first call counts.
     pub(crate) fn close(&self, reason: NetError) {
-        if self.closed.swap(true, Ordering::AcqRel) {
-            return;
+        {
+            // The reason is stored before `closed` is set, under its lock, so
+            // that whoever sees `closed` and asks for the reason gets it.
+            let mut r = self.reason.lock();
+            if r.is_some() {
+                return;
+            }
+            *r = Some(reason);
+            self.closed.store(true, Ordering::Release);
         }
-        *self.reason.lock() = Some(reason);
         let _ = self.stream.shutdown(Shutdown::Both);
         self.out.lock().closed = true;
         self.wake.notify_one();
+    }
+
+    /// Bytes queued and not yet handed to the socket.
+    pub(crate) fn queued_bytes(&self) -> usize {
+        self.out.lock().buf.len()
     }
 
     /// Why the connection closed (`Closed` if it has not).

@@ -258,10 +258,17 @@ impl Transport {
     /// [`NetError::FrameTooLarge`].
     #[inline]
     pub fn send(&self, peer: PeerId, kind: u8, payload: &[u8]) -> Result<(), NetError> {
-        match self.inner.peers.read().get(&peer) {
-            Some(conn) => conn.send(kind, payload),
-            None => Err(NetError::NotConnected(peer)),
+        let peers = self.inner.peers.read();
+        let Some(conn) = peers.get(&peer) else {
+            return Err(NetError::NotConnected(peer));
+        };
+        if payload.len() <= self.inner.cfg.compress_threshold {
+            return conn.send(kind, payload);
         }
+        // Compressing takes a while: not with the table locked.
+        let conn = conn.clone();
+        drop(peers);
+        conn.send(kind, payload)
     }
 
     /// A handle that sends to `peer` without the table lookup of
@@ -341,6 +348,13 @@ impl PeerSender {
     /// False once the connection is closed (sends then fail).
     pub fn is_connected(&self) -> bool {
         !self.conn.is_closed()
+    }
+
+    /// Bytes queued for this peer and not yet written to its socket. The
+    /// outbox is unbounded; a sender that must not outrun a slow peer can
+    /// watch this.
+    pub fn queued_bytes(&self) -> usize {
+        self.conn.queued_bytes()
     }
 }
 
