@@ -42,7 +42,7 @@ fn same_cookie_different_fingerprints_connect() {
     // The transport reports fingerprints; refusing work across builds is the
     // runtime's business.
     init_log();
-    let (a, _ra) = start(config("a", "k").fingerprint(1).creation(7));
+    let (a, ra) = start(config("a", "k").fingerprint(1).creation(7));
     let (b, rb) = start(config("b", "k").fingerprint(2));
     let pa = b.connect(a.local_addr()).unwrap();
     assert_eq!((pa.fingerprint, pa.creation), (1, 7));
@@ -50,6 +50,7 @@ fn same_cookie_different_fingerprints_connect() {
     assert_eq!(rb.ups(), vec![pa]);
     a.shutdown();
     b.shutdown();
+    assert_lifecycles(&ra.events());
 }
 
 #[test]

@@ -66,6 +66,8 @@ fn hundred_thousand_frames_each_way_in_order() {
     a.shutdown();
     rb.wait_for("b sees a go", |ev| downs(ev).len() == 1);
     b.shutdown();
+    assert_lifecycles(&ra.events());
+    assert_lifecycles(&rb.events());
     let (da, db) = (ra.downs(), rb.downs());
     assert_eq!(da.len(), 1);
     assert!(matches!(da[0].1, NetError::Shutdown), "{:?}", da[0].1);
@@ -245,6 +247,8 @@ fn disconnect_reports_down_once_on_both_sides() {
     b.shutdown();
     assert_eq!(ra.downs().len(), 2);
     assert_eq!(rb.downs().len(), 2);
+    assert_lifecycles(&ra.events());
+    assert_lifecycles(&rb.events());
 }
 
 #[test]
@@ -273,4 +277,97 @@ fn restarted_node_replaces_its_old_connection() {
     a.shutdown();
     b1.shutdown();
     b2.shutdown();
+}
+
+/// Sends a welcome frame from inside `peer_up`.
+struct Greeter {
+    rec: Arc<Recorder>,
+    me: std::sync::OnceLock<graft_net::Transport>,
+}
+
+impl graft_net::Handler for Greeter {
+    fn peer_up(&self, p: &graft_net::PeerInfo) {
+        self.rec.peer_up(p);
+        self.me.get().unwrap().send(p.id, 77, b"welcome").unwrap();
+    }
+    fn frame(&self, p: &graft_net::PeerInfo, k: u8, d: Vec<u8>) {
+        self.rec.frame(p, k, d);
+    }
+    fn peer_down(&self, p: &graft_net::PeerInfo, r: &NetError) {
+        self.rec.peer_down(p, r);
+    }
+}
+
+#[test]
+fn frames_sent_from_peer_up_arrive_first() {
+    init_log();
+    for round in 0..10 {
+        let mk = |name: &str| {
+            let g = Arc::new(Greeter {
+                rec: Recorder::new(),
+                me: Default::default(),
+            });
+            let t = graft_net::Transport::start(config(name, "c"), g.clone()).unwrap();
+            g.me.set(t.clone()).unwrap();
+            (t, g)
+        };
+        let (a, ga) = mk("a");
+        let (b, gb) = mk("b");
+        let pb = a.connect(b.local_addr()).unwrap();
+        a.send(pb.id, 78, b"after connect").unwrap();
+        ga.rec
+            .wait_for("welcome from b", |ev| count_frames(ev) == 1);
+        gb.rec
+            .wait_for("two frames from a", |ev| count_frames(ev) == 2);
+        assert_eq!(
+            ga.rec.frames_from(pb.id),
+            vec![(77, b"welcome".to_vec())],
+            "round {round}"
+        );
+        let pa = gb.rec.ups()[0].id;
+        assert_eq!(
+            gb.rec.frames_from(pa),
+            vec![(77, b"welcome".to_vec()), (78, b"after connect".to_vec())],
+            "round {round}"
+        );
+        a.shutdown();
+        b.shutdown();
+        assert_lifecycles(&ga.rec.events());
+        assert_lifecycles(&gb.rec.events());
+    }
+}
+
+#[test]
+fn racing_closes_report_down_exactly_once() {
+    init_log();
+    for _ in 0..10 {
+        let (a, ra) = start(config("a", "c"));
+        let (b, rb) = start(config("b", "c"));
+        let pb = a.connect(b.local_addr()).unwrap();
+        rb.wait_for("b sees a", |ev| ups(ev).len() == 1);
+        let pa = rb.ups()[0].id;
+        // Both ends disconnect at once while traffic flows, then both shut down.
+        let go = Arc::new(Barrier::new(3));
+        let hs = [(a.clone(), pb.id), (b.clone(), pa)].map(|(t, p)| {
+            let go = go.clone();
+            thread::spawn(move || {
+                for i in 0..1000u32 {
+                    let _ = t.send(p, 20, &i.to_be_bytes());
+                }
+                go.wait();
+                t.disconnect(p);
+                let _ = t.send(p, 20, b"late");
+            })
+        });
+        go.wait();
+        a.shutdown();
+        for h in hs {
+            h.join().unwrap();
+        }
+        b.shutdown();
+        assert_eq!(ra.downs().len(), 1);
+        assert_eq!(rb.downs().len(), 1);
+        assert_lifecycles(&ra.events());
+        assert_lifecycles(&rb.events());
+    }
 }

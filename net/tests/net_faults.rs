@@ -109,6 +109,7 @@ fn raw_tcp_garbage_is_dropped_before_the_handshake() {
     assert!(ra.downs().is_empty());
     a.shutdown();
     b.shutdown();
+    assert_lifecycles(&ra.events());
 }
 
 #[test]
@@ -185,11 +186,12 @@ fn bad_frames_after_the_handshake_drop_only_that_peer() {
     assert_eq!(a.peers().len(), 1);
     a.shutdown();
     b.shutdown();
+    assert_lifecycles(&ra.events());
 }
 
 #[test]
 fn raw_frames_from_the_node_reach_a_raw_client() {
-    let (a, b, _ra, _rb) = setup();
+    let (a, b, ra, _rb) = setup();
     let (mut raw, _) = RawClient::connect(a.local_addr(), &config("probe", "c")).unwrap();
     wait_until("probe listed", || {
         a.peers().iter().any(|p| p.name == "probe")
@@ -205,4 +207,5 @@ fn raw_frames_from_the_node_reach_a_raw_client() {
     assert_eq!(f, (99, 0, b"to the probe".to_vec()));
     a.shutdown();
     b.shutdown();
+    assert_lifecycles(&ra.events());
 }

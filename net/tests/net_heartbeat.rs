@@ -57,4 +57,5 @@ fn idle_peers_stay_up_on_heartbeats() {
     rb.wait_for("frame", |ev| count_frames(ev) == 1);
     a.shutdown();
     b.shutdown();
+    assert_lifecycles(&ra.events());
 }

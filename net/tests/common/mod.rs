@@ -141,6 +141,26 @@ impl Handler for Recorder {
     }
 }
 
+/// Per peer id: `Up` first, then frames, then at most one `Down`, then
+/// nothing.
+pub fn assert_lifecycles(ev: &[Event]) {
+    use std::collections::HashMap;
+    // 0 = not seen, 1 = up, 2 = down
+    let mut state: HashMap<PeerId, u8> = HashMap::new();
+    for e in ev {
+        let (id, next) = match e {
+            Event::Up(p) => (p.id, 1),
+            Event::Frame(id, ..) => (*id, 1),
+            Event::Down(p, _) => (p.id, 2),
+        };
+        let s = state.entry(id).or_insert(0);
+        match (e, *s) {
+            (Event::Up(_), 0) | (Event::Frame(..), 1) | (Event::Down(..), 1) => *s = next,
+            _ => panic!("out of order for {id}: {e:?} in state {s}"),
+        }
+    }
+}
+
 pub fn init_log() {
     let _ = env_logger::builder().is_test(true).try_init();
 }
