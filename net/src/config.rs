@@ -102,13 +102,15 @@ impl NetConfig {
     /// The heartbeat tick: an idle writer sends a heartbeat after this long
     /// without writing, and the peer is declared dead after
     /// [`heartbeat_misses`](NetConfig::heartbeat_misses) ticks with nothing
-    /// received. Both sides should use the same tick.
+    /// received.
     pub fn heartbeat(mut self, tick: Duration) -> Self {
         self.heartbeat = tick;
         self
     }
 
-    /// Silent ticks before a peer is declared dead (at least 1).
+    /// Silent ticks before a peer is declared dead (at least 1). A peer
+    /// that announced a longer tick than ours is allowed that many of its
+    /// own ticks.
     pub fn heartbeat_misses(mut self, misses: u32) -> Self {
         self.heartbeat_misses = misses;
         self
@@ -141,6 +143,10 @@ impl NetConfig {
     /// The time after which a silent peer is declared dead.
     pub fn dead_after(&self) -> Duration {
         self.heartbeat * self.heartbeat_misses
+    }
+
+    pub(crate) fn heartbeat_ms(&self) -> u32 {
+        self.heartbeat.as_millis().clamp(1, u32::MAX as u128) as u32
     }
 
     pub(crate) fn validate(&self) -> std::io::Result<()> {

@@ -67,6 +67,8 @@ pub(crate) struct Conn {
     down_reported: AtomicBool,
     max_frame: usize,
     compress_threshold: usize,
+    /// Silence after which the peer is declared dead.
+    dead_after: Duration,
 }
 
 impl Conn {
@@ -75,6 +77,7 @@ impl Conn {
         stream: TcpStream,
         max_frame: usize,
         compress_threshold: usize,
+        dead_after: Duration,
     ) -> Conn {
         Conn {
             info,
@@ -91,6 +94,7 @@ impl Conn {
             down_reported: AtomicBool::new(false),
             max_frame,
             compress_threshold,
+            dead_after,
         }
     }
 
@@ -223,7 +227,6 @@ impl Conn {
         stream: &mut TcpStream,
         dec: &mut Decoder,
         handler: &dyn Handler,
-        dead_after: Duration,
     ) -> NetError {
         let mut last_rx = Instant::now();
         loop {
@@ -265,7 +268,7 @@ impl Conn {
                     ) =>
                 {
                     let silent = last_rx.elapsed();
-                    if silent >= dead_after {
+                    if silent >= self.dead_after {
                         return NetError::HeartbeatTimeout(silent);
                     }
                 }

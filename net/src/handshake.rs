@@ -22,7 +22,7 @@
 //! rule about two connections between the same pair of nodes).
 //!
 //! HELLO payload: `"GRFT"`, version u16, creation u32, fingerprint u64,
-//! nonce 32 B, name (u16 length + UTF-8), listen address (u16 length +
+//! heartbeat tick in ms u32, nonce 32 B, name (u16 length + UTF-8), listen address (u16 length +
 //! `SocketAddr` text), all big-endian. Handshake frames are never compressed.
 
 use std::io::{self, Write};
@@ -53,6 +53,8 @@ pub(crate) struct Identity {
     pub(crate) listen_addr: SocketAddr,
     pub(crate) creation: u32,
     pub(crate) fingerprint: u64,
+    /// Our heartbeat tick, so the peer can allow for it.
+    pub(crate) heartbeat_ms: u32,
     pub(crate) key: [u8; 32],
 }
 
@@ -64,6 +66,7 @@ pub(crate) struct Hello {
     pub(crate) listen_addr: SocketAddr,
     pub(crate) creation: u32,
     pub(crate) fingerprint: u64,
+    pub(crate) heartbeat_ms: u32,
     pub(crate) nonce: [u8; 32],
 }
 
@@ -75,6 +78,7 @@ impl Hello {
             listen_addr: me.listen_addr,
             creation: me.creation,
             fingerprint: me.fingerprint,
+            heartbeat_ms: me.heartbeat_ms,
             nonce,
         }
     }
@@ -86,6 +90,7 @@ impl Hello {
         v.extend_from_slice(&self.version.to_be_bytes());
         v.extend_from_slice(&self.creation.to_be_bytes());
         v.extend_from_slice(&self.fingerprint.to_be_bytes());
+        v.extend_from_slice(&self.heartbeat_ms.to_be_bytes());
         v.extend_from_slice(&self.nonce);
         for s in [self.name.as_bytes(), addr.as_bytes()] {
             v.extend_from_slice(&(s.len() as u16).to_be_bytes());
@@ -107,6 +112,7 @@ impl Hello {
         }
         let creation = u32::from_be_bytes(r.array()?);
         let fingerprint = u64::from_be_bytes(r.array()?);
+        let heartbeat_ms = u32::from_be_bytes(r.array()?);
         let nonce = r.array()?;
         let name = r.string()?;
         if name.is_empty() {
@@ -125,6 +131,7 @@ impl Hello {
             listen_addr,
             creation,
             fingerprint,
+            heartbeat_ms,
             nonce,
         })
     }
@@ -375,12 +382,27 @@ mod tests {
             listen_addr: "[::1]:4369".parse().unwrap(),
             creation: 7,
             fingerprint: 0xdead_beef,
+            heartbeat_ms: 1000,
             nonce: [9; 32],
         };
         let d = Hello::decode(&h.encode()).unwrap();
         assert_eq!(
-            (d.name, d.listen_addr, d.creation, d.fingerprint, d.nonce),
-            (h.name, h.listen_addr, h.creation, h.fingerprint, h.nonce)
+            (
+                d.name,
+                d.listen_addr,
+                d.creation,
+                d.fingerprint,
+                d.heartbeat_ms,
+                d.nonce
+            ),
+            (
+                h.name,
+                h.listen_addr,
+                h.creation,
+                h.fingerprint,
+                h.heartbeat_ms,
+                h.nonce
+            )
         );
         let enc = h_encode_truncations();
         for n in 0..enc.len() {
@@ -395,6 +417,7 @@ mod tests {
             listen_addr: "127.0.0.1:1".parse().unwrap(),
             creation: 1,
             fingerprint: 1,
+            heartbeat_ms: 1,
             nonce: [0; 32],
         }
         .encode()
@@ -422,6 +445,7 @@ mod tests {
             listen_addr: addr,
             creation: 1,
             fingerprint: 0,
+            heartbeat_ms: 1000,
             key: crate::cookie::derive_key("right"),
         };
         let server = std::thread::spawn(move || {
@@ -437,6 +461,7 @@ mod tests {
             listen_addr: addr,
             creation: 1,
             fingerprint: 0,
+            heartbeat_ms: 1000,
             nonce: [5; 32],
         };
         frame::write_frame(&mut c, kind::HELLO, &hello.encode()).unwrap();

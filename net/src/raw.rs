@@ -60,6 +60,7 @@ impl RawClient {
             listen_addr: cfg.advertise.unwrap_or(cfg.listen),
             creation: cfg.creation,
             fingerprint: cfg.fingerprint,
+            heartbeat_ms: cfg.heartbeat_ms(),
             key: derive_key(&cookie),
         };
         let mut dec = Decoder::new(READ_BUF, MAX_HANDSHAKE_FRAME);

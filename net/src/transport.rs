@@ -179,6 +179,7 @@ impl Transport {
             listen_addr: cfg.advertise.unwrap_or(local_addr),
             creation: cfg.creation,
             fingerprint: cfg.fingerprint,
+            heartbeat_ms: cfg.heartbeat_ms(),
             key: derive_key(&cookie),
         };
         let inner = Arc::new(Inner {
@@ -432,9 +433,10 @@ impl Inner {
     /// Timeouts for an established connection: the reader wakes twice a
     /// tick to check for silence; a write blocked as long as a dead peer
     /// takes to detect fails.
-    fn configure(&self, stream: &TcpStream) -> io::Result<()> {
+    fn configure(&self, stream: &TcpStream, hello: &Hello) -> io::Result<()> {
+        let theirs = Duration::from_millis(hello.heartbeat_ms.into()) * self.cfg.heartbeat_misses;
         stream.set_read_timeout(Some(self.cfg.heartbeat / 2))?;
-        stream.set_write_timeout(Some(self.cfg.dead_after()))
+        stream.set_write_timeout(Some(self.cfg.dead_after().max(theirs)))
     }
 
     fn new_conn(&self, hello: &Hello, stream: &TcpStream) -> io::Result<Arc<Conn>> {
@@ -445,11 +447,14 @@ impl Inner {
             creation: hello.creation,
             fingerprint: hello.fingerprint,
         };
+        // Allow a peer with a longer tick as many of its ticks as we allow ours.
+        let theirs = Duration::from_millis(hello.heartbeat_ms.into()) * self.cfg.heartbeat_misses;
         Ok(Arc::new(Conn::new(
             info,
             stream.try_clone()?,
             self.cfg.max_frame,
             self.cfg.compress_threshold,
+            self.cfg.dead_after().max(theirs),
         )))
     }
 
@@ -526,7 +531,7 @@ impl Inner {
     }
 
     fn run_reader(&self, conn: Arc<Conn>, mut stream: TcpStream, mut dec: Decoder) {
-        let reason = conn.read_loop(&mut stream, &mut dec, &*self.handler, self.cfg.dead_after());
+        let reason = conn.read_loop(&mut stream, &mut dec, &*self.handler);
         conn.close(reason);
         self.report_down(&conn);
     }
@@ -574,7 +579,7 @@ impl Inner {
         let deadline = Instant::now() + self.cfg.connect_timeout;
         let mut dec = Decoder::new(READ_BUF, MAX_HANDSHAKE_FRAME);
         let hello = handshake::accept(stream, &mut dec, &self.me, deadline, remote)?;
-        self.configure(stream)?;
+        self.configure(stream, &hello)?;
         let Some(conn) = self.commit_inbound(&hello, stream)? else {
             log::debug!(
                 "graft-net: {}@{remote}: duplicate connection dropped",
@@ -684,7 +689,7 @@ impl Inner {
         });
         let res = match outcome {
             Ok(Outcome::Up(hello)) => self
-                .configure(stream)
+                .configure(stream, &hello)
                 .map_err(NetError::from)
                 .and_then(|()| self.commit_outbound(token, &hello, stream)),
             Ok(Outcome::Duplicate(hello)) => {

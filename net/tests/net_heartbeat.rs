@@ -59,3 +59,20 @@ fn idle_peers_stay_up_on_heartbeats() {
     b.shutdown();
     assert_lifecycles(&ra.events());
 }
+
+#[test]
+fn a_peer_with_a_longer_tick_is_allowed_its_own_ticks() {
+    init_log();
+    let (a, ra) = start(config("a", "c").heartbeat(Duration::from_millis(20)));
+    let (b, rb) = start(config("b", "c").heartbeat(Duration::from_millis(200)));
+    let pb = a.connect(b.local_addr()).unwrap();
+    // Several of a's windows (60 ms) without a byte from b; b's tick is 200 ms.
+    std::thread::sleep(Duration::from_millis(700));
+    assert!(ra.downs().is_empty(), "{:?}", ra.downs());
+    assert!(rb.downs().is_empty(), "{:?}", rb.downs());
+    a.send(pb.id, 50, b"still here").unwrap();
+    rb.wait_for("frame", |ev| count_frames(ev) == 1);
+    a.shutdown();
+    b.shutdown();
+    assert_lifecycles(&ra.events());
+}
