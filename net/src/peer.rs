@@ -42,13 +42,24 @@ pub struct PeerInfo {
 /// Receives what happens on the transport. Called on the transport's threads,
 /// so keep the callbacks short (hand work over to a queue).
 ///
-/// For one peer, the calls come in this order: `peer_up` once, then `frame`
-/// for each frame in the order the peer sent them, then `peer_down` once.
-/// `peer_up` runs on the thread that completed the handshake (the caller of
-/// [`connect`](crate::Transport::connect), or the peer's reader thread for an
-/// inbound connection) before any frame of that peer is delivered; `frame`
-/// and `peer_down` run on the peer's reader thread. Different peers are
-/// served by different threads, concurrently.
+/// For one peer (one [`PeerId`]), the calls come in this order: `peer_up`
+/// once, then `frame` for each frame in the order the peer sent them, then
+/// `peer_down` once (also at shutdown). No call for a peer overlaps another
+/// call for the same peer.
+///
+/// * `peer_up` runs on the thread that completed the handshake: the caller
+///   of [`connect`](crate::Transport::connect) (before `connect` returns), or
+///   the peer's reader thread for an inbound connection. No frame of that
+///   peer is delivered before it returns.
+/// * `frame` and `peer_down` run on the peer's reader thread (in a race
+///   between `connect` and shutdown, `peer_down` may run on the connecting
+///   thread instead).
+/// * Different peers are served by different threads, concurrently; a slow
+///   callback delays only its own peer (whose socket then fills up and
+///   slows the sender down, as TCP does).
+///
+/// A callback may call any [`Transport`](crate::Transport) method, also for
+/// the same peer (e.g. `send` a reply from `frame`).
 pub trait Handler: Send + Sync + 'static {
     /// A peer completed the handshake and can be sent to.
     fn peer_up(&self, peer: &PeerInfo);

@@ -434,9 +434,15 @@ impl Inner {
     /// tick to check for silence; a write blocked as long as a dead peer
     /// takes to detect fails.
     fn configure(&self, stream: &TcpStream, hello: &Hello) -> io::Result<()> {
-        let theirs = Duration::from_millis(hello.heartbeat_ms.into()) * self.cfg.heartbeat_misses;
         stream.set_read_timeout(Some(self.cfg.heartbeat / 2))?;
-        stream.set_write_timeout(Some(self.cfg.dead_after().max(theirs)))
+        stream.set_write_timeout(Some(self.dead_after(hello)))
+    }
+
+    /// Silence after which a peer is dead: our window, or as many of the
+    /// peer's (announced) ticks if those are longer.
+    fn dead_after(&self, hello: &Hello) -> Duration {
+        let theirs = Duration::from_millis(hello.heartbeat_ms.into()) * self.cfg.heartbeat_misses;
+        self.cfg.dead_after().max(theirs)
     }
 
     fn new_conn(&self, hello: &Hello, stream: &TcpStream) -> io::Result<Arc<Conn>> {
@@ -447,14 +453,12 @@ impl Inner {
             creation: hello.creation,
             fingerprint: hello.fingerprint,
         };
-        // Allow a peer with a longer tick as many of its ticks as we allow ours.
-        let theirs = Duration::from_millis(hello.heartbeat_ms.into()) * self.cfg.heartbeat_misses;
         Ok(Arc::new(Conn::new(
             info,
             stream.try_clone()?,
             self.cfg.max_frame,
             self.cfg.compress_threshold,
-            self.cfg.dead_after().max(theirs),
+            self.dead_after(hello),
         )))
     }
 

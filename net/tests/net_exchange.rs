@@ -371,3 +371,40 @@ fn racing_closes_report_down_exactly_once() {
         assert_lifecycles(&rb.events());
     }
 }
+
+#[test]
+fn four_senders_to_one_peer_keep_fifo_per_sender() {
+    init_log();
+    const PER: u32 = 100_000;
+    let (a, _ra) = start(config("a", "c"));
+    let (b, rb) = start(config("b", "c"));
+    let pb = a.connect(b.local_addr()).unwrap();
+    let hs: Vec<_> = (0..4u8)
+        .map(|s| {
+            let a = a.clone();
+            thread::spawn(move || {
+                let sender = a.sender(pb.id).unwrap();
+                for i in 0..PER {
+                    let mut p = vec![s];
+                    p.extend_from_slice(&i.to_be_bytes());
+                    sender.send(FIRST_USER_KIND + s, &p).unwrap();
+                }
+            })
+        })
+        .collect();
+    for h in hs {
+        h.join().unwrap();
+    }
+    rb.wait_for("all frames", |ev| count_frames(ev) == 4 * PER as usize);
+    let mut next = [0u32; 4];
+    for (k, p) in rb.frames_from(rb.ups()[0].id) {
+        let s = p[0];
+        assert_eq!(k, FIRST_USER_KIND + s);
+        let i = u32::from_be_bytes(p[1..5].try_into().unwrap());
+        assert_eq!(i, next[s as usize], "sender {s} out of order");
+        next[s as usize] += 1;
+    }
+    assert_eq!(next, [PER; 4]);
+    a.shutdown();
+    b.shutdown();
+}
