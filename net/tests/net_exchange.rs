@@ -408,3 +408,69 @@ fn four_senders_to_one_peer_keep_fifo_per_sender() {
     a.shutdown();
     b.shutdown();
 }
+
+/// Blocks in `frame` until the gate opens, so the socket between the nodes
+/// fills up.
+struct Gated {
+    rec: Arc<Recorder>,
+    open: std::sync::Mutex<bool>,
+    cv: std::sync::Condvar,
+}
+
+impl graft_net::Handler for Gated {
+    fn peer_up(&self, p: &graft_net::PeerInfo) {
+        self.rec.peer_up(p);
+    }
+    fn frame(&self, p: &graft_net::PeerInfo, k: u8, d: Vec<u8>) {
+        let mut open = self.open.lock().unwrap();
+        while !*open {
+            open = self.cv.wait(open).unwrap();
+        }
+        drop(open);
+        self.rec.frame(p, k, d);
+    }
+    fn peer_down(&self, p: &graft_net::PeerInfo, r: &NetError) {
+        self.rec.peer_down(p, r);
+    }
+}
+
+#[test]
+fn a_slow_reader_fills_the_socket_and_nothing_is_lost() {
+    init_log();
+    let gated = Arc::new(Gated {
+        rec: Recorder::new(),
+        open: Default::default(),
+        cv: Default::default(),
+    });
+    let (a, _ra) = start(config("a", "c").compress_threshold(usize::MAX));
+    let b = graft_net::Transport::start(config("b", "c"), gated.clone()).unwrap();
+    let pb = a.connect(b.local_addr()).unwrap();
+    let sender = a.sender(pb.id).unwrap();
+    // Spaced sends (so senders try to write directly) of far more than the
+    // socket buffers hold, while the receiver is stuck.
+    let chunk = vec![0xabu8; 64 << 10];
+    for i in 0..300u32 {
+        let mut p = chunk.clone();
+        p[..4].copy_from_slice(&i.to_be_bytes());
+        sender.send(20, &p).unwrap();
+        if i % 10 == 0 {
+            thread::sleep(std::time::Duration::from_micros(50));
+        }
+    }
+    assert!(
+        sender.queued_bytes() > 0,
+        "the socket should be full by now"
+    );
+    *gated.open.lock().unwrap() = true;
+    gated.cv.notify_all();
+    gated
+        .rec
+        .wait_for("all chunks", |ev| count_frames(ev) == 300);
+    let got = gated.rec.frames_from(gated.rec.ups()[0].id);
+    for (i, (_, p)) in got.iter().enumerate() {
+        assert_eq!(&p[..4], &(i as u32).to_be_bytes(), "chunk {i}");
+        assert_eq!(p.len(), chunk.len());
+    }
+    a.shutdown();
+    b.shutdown();
+}
