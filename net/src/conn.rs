@@ -16,8 +16,8 @@
 //! Waking the writer costs a futex wake and a context switch (several µs),
 //! which is most of a round trip on loopback. So when a frame finds the
 //! writer parked, the buffer empty (nothing in flight: the writer only
-//! parks after its write finished) and the previous such frame at least
-//! `DIRECT_GAP` ago, the sender writes it itself with `MSG_DONTWAIT`, still
+//! parks after its write finished), and both the writer's parking and the
+//! previous such frame at least `DIRECT_GAP` ago, the sender writes it itself with `MSG_DONTWAIT`, still
 //! under the outbox mutex (so order holds). Whatever the socket does not take
 //! stays in the buffer for the woken writer. Dense traffic never takes this
 //! path, so it keeps its coalescing.
@@ -72,6 +72,8 @@ struct Outbox {
     closed: bool,
     /// When a sender last found the writer idle (see `push`).
     last_push: Instant,
+    /// When the writer last parked; written by the writer.
+    idle_since: Instant,
 }
 
 /// Shared state of one connection, owned jointly by the transport's tables,
@@ -113,6 +115,7 @@ impl Conn {
                 writer_idle: false,
                 closed: false,
                 last_push: Instant::now(),
+                idle_since: Instant::now(),
             }),
             wake: Condvar::new(),
             closed: AtomicBool::new(false),
@@ -159,7 +162,8 @@ impl Conn {
         // The writer is parked with nothing in flight. When traffic is sparse,
         // write directly (never blocking) and spare the writer's wake-up.
         let now = Instant::now();
-        let sparse = now.duration_since(out.last_push) >= DIRECT_GAP;
+        let sparse = now.duration_since(out.last_push) >= DIRECT_GAP
+            && now.duration_since(out.idle_since) >= DIRECT_GAP;
         out.last_push = now;
         if was_empty && sparse {
             match SockRef::from(&self.stream).send_with_flags(&out.buf, DIRECT_FLAGS) {
@@ -244,9 +248,13 @@ impl Conn {
                         break;
                     }
                     let due = last_write + tick;
-                    if Instant::now() >= due {
+                    let now = Instant::now();
+                    if now >= due {
                         frame::encode(&mut spare, kind::HEARTBEAT, 0, &[]);
                         break;
+                    }
+                    if !out.writer_idle {
+                        out.idle_since = now;
                     }
                     out.writer_idle = true;
                     self.wake.wait_until(&mut out, due);
