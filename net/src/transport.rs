@@ -223,6 +223,17 @@ impl Transport {
         &self.inner.me.name
     }
 
+    /// This node's creation (the configured one, or the random default).
+    pub fn creation(&self) -> u32 {
+        self.inner.me.creation
+    }
+
+    /// The listening address announced to peers (the
+    /// [`advertise`](NetConfig::advertise)d one, else [`local_addr`](Transport::local_addr)).
+    pub fn advertised_addr(&self) -> SocketAddr {
+        self.inner.me.listen_addr
+    }
+
     /// Connects to the node listening on `addr` and runs the handshake,
     /// blocking for at most the configured connect timeout. Calls
     /// [`Handler::peer_up`] (on this thread) before returning a new peer.
@@ -303,6 +314,21 @@ impl Transport {
             .collect();
         v.sort_by_key(|p| p.id);
         v
+    }
+
+    /// The peer with this id, if it is up.
+    pub fn peer(&self, peer: PeerId) -> Option<PeerInfo> {
+        (self.inner.peers.read().get(&peer))
+            .filter(|c| c.is_announced() && !c.is_closed())
+            .map(|c| c.info.clone())
+    }
+
+    /// The peer with this node name, if it is up.
+    pub fn peer_named(&self, name: &str) -> Option<PeerInfo> {
+        match self.inner.state.lock().names.get(name) {
+            Some(Slot::Up(c)) if c.is_announced() && !c.is_closed() => Some(c.info.clone()),
+            _ => None,
+        }
     }
 
     /// Closes the listener and every connection, and joins every thread the

@@ -47,7 +47,14 @@ fn same_cookie_different_fingerprints_connect() {
     let pa = b.connect(a.local_addr()).unwrap();
     assert_eq!((pa.fingerprint, pa.creation), (1, 7));
     assert_eq!(pa.listen_addr, a.local_addr());
-    assert_eq!(rb.ups(), vec![pa]);
+    assert_eq!(rb.ups(), vec![pa.clone()]);
+    assert_eq!(a.creation(), 7);
+    assert_eq!(b.peer(pa.id), Some(pa.clone()));
+    assert_eq!(b.peer_named("a"), Some(pa));
+    assert_eq!(b.peer_named("nobody"), None);
+    wait_until("a lists b", || a.peer_named("b").is_some());
+    assert_eq!(a.peer_named("b").unwrap().creation, b.creation());
+    assert_eq!(a.advertised_addr(), a.local_addr());
     a.shutdown();
     b.shutdown();
     assert_lifecycles(&ra.events());
