@@ -37,16 +37,31 @@
 //!   unknown transport kind or garbage drops that one connection (logged,
 //!   naming the peer), never the node. Payloads over a threshold are
 //!   deflate-compressed, and inflating is bounded by the maximum too.
-//! * **Threads**: one reader and one writer thread per peer, one accept
-//!   thread. [`Transport::send`] only appends to the peer's buffer; the
-//!   writer sends everything queued in one `write`, so small frames are
-//!   coalesced. `TCP_NODELAY` is on.
+//! * **Threads**: one accept thread, and one reader and one writer thread
+//!   per peer. [`Transport::send`] (or the lookup-free [`PeerSender`]) only
+//!   appends to the peer's buffer; the writer sends everything queued in one
+//!   `write`, so small frames are coalesced. A frame that finds the writer
+//!   parked after a pause is written by the sender itself without blocking
+//!   (`MSG_DONTWAIT`), which saves a thread wake-up per message in
+//!   request/response traffic. `TCP_NODELAY` is on. The outbox is unbounded;
+//!   [`PeerSender::queued_bytes`] lets a sender watch it.
+//! * **Sending**: `Ok` means queued, not delivered. When a connection
+//!   breaks, frames still queued are lost, `send` starts failing with
+//!   [`NetError::NotConnected`], and [`Handler::peer_down`] is called once.
 //! * **Heartbeats**: an idle writer sends a heartbeat every tick; a peer
-//!   silent for `heartbeat × heartbeat_misses` is declared dead.
+//!   silent for `heartbeat × heartbeat_misses` is declared dead
+//!   ([`NetError::HeartbeatTimeout`]). A peer that stops reading while we
+//!   have data for it is dropped after as long (the socket's write timeout).
 //! * **Callbacks**: per peer, `peer_up` once, then frames in order, then
-//!   `peer_down` once (see [`Handler`]).
+//!   `peer_down` once (see [`Handler`] for which thread runs which).
+//! * **Duplicates**: one connection per node name. When two nodes connect to
+//!   each other at once, the connection initiated by the smaller name is
+//!   kept and both `connect` calls return it. A node that comes back with a
+//!   new creation replaces its old connection ([`NetError::Replaced`]).
 //! * **Cookie**: [`resolve_cookie`]: configured, else `GRAFT_COOKIE`, else
 //!   `$HOME/.graft.cookie` (created with mode 0600).
+//! * **Diagnostics**: [`RawClient`] speaks the protocol on the caller's
+//!   thread and can send anything, for tools and fault-injection tests.
 #![forbid(unsafe_code)]
 
 mod config;
