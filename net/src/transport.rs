@@ -4,7 +4,7 @@
 //!
 //! | thread             | count        | does                                           |
 //! |--------------------|--------------|------------------------------------------------|
-//! | `graft-net-accept` | 1            | accepts, spawns a reader per inbound socket     |
+//! | `graft-net-accpt` | 1            | accepts, spawns a reader per inbound socket     |
 //! | `graft-net-rd`     | 1 per socket | inbound handshake (if inbound), then reads      |
 //! | `graft-net-wr`     | 1 per peer   | flushes the outbox, sends heartbeats            |
 //!
@@ -200,7 +200,7 @@ impl Transport {
         });
         let acceptor = inner.clone();
         inner
-            .spawn("graft-net-accept", move || acceptor.accept_loop())
+            .spawn("graft-net-accpt", move || acceptor.accept_loop())
             .map_err(|e| io::Error::other(e.to_string()))?;
         log::debug!(
             "graft-net: node {} listening on {local_addr}",
@@ -333,8 +333,9 @@ impl Transport {
 
     /// Closes the listener and every connection, and joins every thread the
     /// transport started; `peer_down` has been called for every peer when it
-    /// returns. Idempotent. Called from a handler callback, it joins all
-    /// threads but the calling one.
+    /// returns. Waits for callbacks in progress to return. Idempotent.
+    /// Called from a handler callback, it joins all threads but the calling
+    /// one.
     pub fn shutdown(&self) {
         self.inner.shutdown();
     }

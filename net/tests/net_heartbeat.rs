@@ -16,8 +16,8 @@ fn silent_peer_is_declared_dead() {
     let (a, ra) = start(cfg);
 
     // A raw client completes the handshake, then never sends a byte.
-    let (mut raw, _) = RawClient::connect(a.local_addr(), &config("mute", "c")).unwrap();
     let since = Instant::now();
+    let (mut raw, _) = RawClient::connect(a.local_addr(), &config("mute", "c")).unwrap();
     // Meanwhile the node's writer sends it heartbeats.
     let (kind, _, payload) = raw.recv_frame(GUARD).unwrap().expect("a heartbeat");
     assert_eq!((kind, payload.len()), (4, 0));
