@@ -685,6 +685,9 @@ impl Inner {
         self.track(token, &stream)?;
         let res = self.outbound_handshake(&mut stream, token, deadline);
         self.untrack(token);
+        if res.is_err() && self.state.lock().closed {
+            return Err(NetError::Shutdown);
+        }
         let (conn, dec) = match res? {
             Connected::Existing(p) => return Ok(p),
             Connected::New(conn, dec) => (conn, dec),
