@@ -1,5 +1,6 @@
 //! Measures graft-net on loopback: one-way throughput of small frames and
-//! round-trip latency, next to a bare TCP ping-pong.
+//! round-trip latency, next to a bare TCP ping-pong; in one process, then
+//! between two (the second is this binary again, in `child` mode).
 //!
 //! `cargo run --release -p graft-net --example net_bench [messages] [round_trips]`
 
@@ -122,14 +123,96 @@ fn bare_tcp_round_trip(n: usize) {
     echo.join().unwrap();
 }
 
+/// Child process: echoes kind 16, counts kind 17 and answers kind 18 with
+/// the count.
+struct Child {
+    me: OnceLock<Transport>,
+    count: AtomicUsize,
+}
+
+impl Handler for Child {
+    fn peer_up(&self, _: &PeerInfo) {}
+    fn frame(&self, peer: &PeerInfo, kind: u8, payload: Vec<u8>) {
+        let t = self.me.get().unwrap();
+        match kind {
+            16 => t.send(peer.id, 16, &payload).unwrap(),
+            17 => drop(self.count.fetch_add(1, Ordering::Relaxed)),
+            _ => {
+                let n = self.count.swap(0, Ordering::Relaxed) as u64;
+                t.send(peer.id, 18, &n.to_be_bytes()).unwrap();
+            }
+        }
+    }
+    fn peer_down(&self, _: &PeerInfo, _: &NetError) {
+        std::process::exit(0);
+    }
+}
+
+fn child(parent: &str) {
+    let h = Arc::new(Child {
+        me: OnceLock::new(),
+        count: AtomicUsize::new(0),
+    });
+    let t = Transport::start(cfg("child"), h.clone()).unwrap();
+    h.me.set(t.clone()).unwrap();
+    t.connect(parent.parse().unwrap()).unwrap();
+    thread::sleep(Duration::from_secs(600));
+}
+
+fn two_processes(n: usize, rt: usize) {
+    let h = Arc::new(Bench::default());
+    let (tx, rx) = mpsc::channel();
+    *h.replies.lock().unwrap() = Some(tx);
+    let a = Transport::start(cfg("parent"), h.clone()).unwrap();
+    let mut kid = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["child", &a.local_addr().to_string()])
+        .spawn()
+        .unwrap();
+    while a.peers().is_empty() {
+        thread::sleep(Duration::from_millis(1));
+    }
+    let peer = a.sender(a.peers()[0].id).unwrap();
+    let ping = |k: usize| {
+        let t0 = Instant::now();
+        for _ in 0..k {
+            peer.send(16, b"ping").unwrap();
+            rx.recv().unwrap();
+        }
+        t0.elapsed()
+    };
+    ping(rt / 10);
+    let dt = ping(rt);
+    println!(
+        "round trip: {:.1} us (graft-net, two processes, {rt} round trips)",
+        dt.as_secs_f64() * 1e6 / rt as f64
+    );
+    let t0 = Instant::now();
+    for _ in 0..n {
+        peer.send(17, &[7u8; 8]).unwrap();
+    }
+    peer.send(18, b"").unwrap();
+    rx.recv().unwrap();
+    let dt = t0.elapsed();
+    println!(
+        "one way,   8 B payload: {:.2} M frames/s (two processes, {n} frames, until acknowledged)",
+        n as f64 / dt.as_secs_f64() / 1e6
+    );
+    kid.kill().unwrap();
+    kid.wait().unwrap();
+    a.shutdown();
+}
+
 fn main() {
-    let mut args = std::env::args()
-        .skip(1)
-        .map(|a| a.parse::<usize>().unwrap());
-    let n = args.next().unwrap_or(2_000_000);
-    let rt = args.next().unwrap_or(20_000);
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("child") {
+        return child(&args[1]);
+    }
+    let mut nums = args.iter().map(|a| a.parse::<usize>().unwrap());
+    let n = nums.next().unwrap_or(2_000_000);
+    let rt = nums.next().unwrap_or(20_000);
     throughput(n, 8);
     throughput(n, 64);
     round_trip(rt);
     bare_tcp_round_trip(rt);
+    two_processes(n, rt);
 }
