@@ -225,7 +225,11 @@ fn disconnect_reports_down_once_on_both_sides() {
     let (b, rb) = start(config("b", "c"));
     let pb = a.connect(b.local_addr()).unwrap();
     rb.wait_for("b sees a", |ev| ups(ev).len() == 1);
+    let sender = a.sender(pb.id).unwrap();
+    assert!(sender.is_connected());
     a.disconnect(pb.id);
+    assert!(!sender.is_connected());
+    assert!(matches!(sender.send(20, b"x"), Err(NetError::NotConnected(id)) if id == pb.id));
     ra.wait_for("a down", |ev| downs(ev).len() == 1);
     rb.wait_for("b down", |ev| downs(ev).len() == 1);
     assert!(matches!(ra.downs()[0].1, NetError::Disconnected));
