@@ -1,2 +1,83 @@
 //! graft-net: bytes and peers. Knows nothing of processes.
+//!
+//! A [`Transport`] listens on a TCP address, connects to other nodes, and
+//! runs a handshake with each (protocol version, node name, announced
+//! address, creation, build fingerprint, and a cookie challenge/response in
+//! both directions in which the cookie never crosses the wire). After that
+//! it moves *frames* (a kind byte and a payload) both ways and tells a
+//! [`Handler`] about peers coming up, frames arriving, and peers going down.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use graft_net::{Handler, NetConfig, NetError, PeerInfo, Transport, FIRST_USER_KIND};
+//!
+//! struct Print;
+//! impl Handler for Print {
+//!     fn peer_up(&self, p: &PeerInfo) { log::info!("{} up", p.name) }
+//!     fn frame(&self, p: &PeerInfo, kind: u8, payload: Vec<u8>) {
+//!         log::info!("{}: kind {kind}, {} bytes", p.name, payload.len())
+//!     }
+//!     fn peer_down(&self, p: &PeerInfo, why: &NetError) { log::info!("{} down: {why}", p.name) }
+//! }
+//!
+//! let any = "127.0.0.1:0".parse().unwrap();
+//! let a = Transport::start(NetConfig::new("a", any).cookie("secret"), Arc::new(Print)).unwrap();
+//! let b = Transport::start(NetConfig::new("b", any).cookie("secret"), Arc::new(Print)).unwrap();
+//! let peer = a.connect(b.local_addr()).unwrap();
+//! a.send(peer.id, FIRST_USER_KIND, b"hello").unwrap();
+//! a.shutdown();
+//! b.shutdown();
+//! ```
+//!
+//! Key points:
+//!
+//! * **Frames**: `length u32 | kind u8 | flags u8 | payload`. Kinds
+//!   `0..FIRST_USER_KIND` (0 to 15) belong to the transport; the user has
+//!   16 to 255. A frame over the configured maximum, a malformed one, an
+//!   unknown transport kind or garbage drops that one connection (logged,
+//!   naming the peer), never the node. Payloads over a threshold are
+//!   deflate-compressed, and inflating is bounded by the maximum too.
+//! * **Threads**: one accept thread, and one reader and one writer thread
+//!   per peer. [`Transport::send`] (or the lookup-free [`PeerSender`]) only
+//!   appends to the peer's buffer; the writer sends everything queued in one
+//!   `write`, so small frames are coalesced. A frame that finds the writer
+//!   parked after a pause is written by the sender itself without blocking
+//!   (`MSG_DONTWAIT`), which saves a thread wake-up per message in
+//!   request/response traffic. `TCP_NODELAY` is on. The outbox is unbounded;
+//!   [`PeerSender::queued_bytes`] lets a sender watch it.
+//! * **Sending**: `Ok` means queued, not delivered. When a connection
+//!   breaks, frames still queued are lost, `send` starts failing with
+//!   [`NetError::NotConnected`], and [`Handler::peer_down`] is called once.
+//! * **Heartbeats**: an idle writer sends a heartbeat every tick; a peer
+//!   silent for `heartbeat × heartbeat_misses` is declared dead
+//!   ([`NetError::HeartbeatTimeout`]). A peer that stops reading while we
+//!   have data for it is dropped after as long (the socket's write timeout).
+//! * **Callbacks**: per peer, `peer_up` once, then frames in order, then
+//!   `peer_down` once (see [`Handler`] for which thread runs which).
+//! * **Duplicates**: one connection per node name. When two nodes connect to
+//!   each other at once, the connection initiated by the smaller name is
+//!   kept and both `connect` calls return it. A node that comes back with a
+//!   new creation replaces its old connection ([`NetError::Replaced`]).
+//! * **Cookie**: [`resolve_cookie`]: configured, else `GRAFT_COOKIE`, else
+//!   `$HOME/.graft.cookie` (created with mode 0600).
+//! * **Diagnostics**: [`RawClient`] speaks the protocol on the caller's
+//!   thread and can send anything, for tools and fault-injection tests.
 #![forbid(unsafe_code)]
+
+mod config;
+mod conn;
+mod cookie;
+mod error;
+mod frame;
+mod handshake;
+mod peer;
+mod raw;
+mod transport;
+
+pub use config::NetConfig;
+pub use cookie::{read_or_create_cookie_file, resolve_cookie, COOKIE_ENV, COOKIE_FILE};
+pub use error::NetError;
+pub use frame::FIRST_USER_KIND;
+pub use peer::{Handler, PeerId, PeerInfo};
+pub use raw::RawClient;
+pub use transport::{PeerSender, Transport};

@@ -1,0 +1,191 @@
+//! [`NetConfig`]: everything a [`Transport`](crate::Transport) is started with.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// Configuration of a [`Transport`](crate::Transport), built in builder style.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use graft_net::NetConfig;
+///
+/// let cfg = NetConfig::new("alpha", "127.0.0.1:0".parse().unwrap())
+///     .cookie("secret")
+///     .heartbeat(Duration::from_millis(500))
+///     .max_frame(16 << 20);
+/// assert_eq!(cfg.name(), "alpha");
+/// ```
+#[derive(Clone)]
+pub struct NetConfig {
+    pub(crate) listen: SocketAddr,
+    pub(crate) advertise: Option<SocketAddr>,
+    pub(crate) name: String,
+    pub(crate) creation: u32,
+    pub(crate) fingerprint: u64,
+    pub(crate) cookie: Option<String>,
+    pub(crate) max_frame: usize,
+    pub(crate) heartbeat: Duration,
+    pub(crate) heartbeat_misses: u32,
+    pub(crate) compress_threshold: usize,
+    pub(crate) connect_timeout: Duration,
+}
+
+impl NetConfig {
+    /// Default maximum frame size: 64 MiB.
+    pub const DEFAULT_MAX_FRAME: usize = 64 << 20;
+    /// Default heartbeat tick: 1 s.
+    pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(1);
+    /// Default number of silent ticks after which a peer is declared dead: 3.
+    pub const DEFAULT_HEARTBEAT_MISSES: u32 = 3;
+    /// Default compression threshold: payloads over 64 KiB are compressed.
+    pub const DEFAULT_COMPRESS_THRESHOLD: usize = 64 << 10;
+    /// Default connect (and handshake) timeout: 5 s.
+    pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+    /// A configuration for node `name` listening on `listen` (port 0 picks
+    /// a free port), with every other setting at its default: a random
+    /// creation, fingerprint 0, the cookie from [`resolve_cookie`](crate::resolve_cookie).
+    pub fn new(name: impl Into<String>, listen: SocketAddr) -> NetConfig {
+        let r = crate::cookie::random_bytes();
+        NetConfig {
+            listen,
+            advertise: None,
+            name: name.into(),
+            creation: u32::from_le_bytes([r[0], r[1], r[2], r[3]]).max(1),
+            fingerprint: 0,
+            cookie: None,
+            max_frame: Self::DEFAULT_MAX_FRAME,
+            heartbeat: Self::DEFAULT_HEARTBEAT,
+            heartbeat_misses: Self::DEFAULT_HEARTBEAT_MISSES,
+            compress_threshold: Self::DEFAULT_COMPRESS_THRESHOLD,
+            connect_timeout: Self::DEFAULT_CONNECT_TIMEOUT,
+        }
+    }
+
+    /// The address announced to peers as ours (default: the bound address).
+    /// Set it when listening on `0.0.0.0` or behind a port mapping.
+    pub fn advertise(mut self, addr: SocketAddr) -> Self {
+        self.advertise = Some(addr);
+        self
+    }
+
+    /// The incarnation number of this node; a restarted node should use a
+    /// new one, so that peers can tell its pids from the old ones'.
+    pub fn creation(mut self, creation: u32) -> Self {
+        self.creation = creation;
+        self
+    }
+
+    /// A fingerprint of the build, passed to peers in [`PeerInfo`](crate::PeerInfo)
+    /// (the transport does not compare it).
+    pub fn fingerprint(mut self, fingerprint: u64) -> Self {
+        self.fingerprint = fingerprint;
+        self
+    }
+
+    /// The cookie; without one, [`resolve_cookie`](crate::resolve_cookie)
+    /// finds it at start.
+    pub fn cookie(mut self, cookie: impl Into<String>) -> Self {
+        self.cookie = Some(cookie.into());
+        self
+    }
+
+    /// The largest payload accepted, before and after decompression.
+    pub fn max_frame(mut self, bytes: usize) -> Self {
+        self.max_frame = bytes;
+        self
+    }
+
+    /// The heartbeat tick: an idle writer sends a heartbeat after this long
+    /// without writing, and the peer is declared dead after
+    /// [`heartbeat_misses`](NetConfig::heartbeat_misses) ticks with nothing
+    /// received.
+    pub fn heartbeat(mut self, tick: Duration) -> Self {
+        self.heartbeat = tick;
+        self
+    }
+
+    /// Silent ticks before a peer is declared dead (at least 1). A peer
+    /// that announced a longer tick than ours is allowed that many of its
+    /// own ticks.
+    pub fn heartbeat_misses(mut self, misses: u32) -> Self {
+        self.heartbeat_misses = misses;
+        self
+    }
+
+    /// Payloads longer than this are compressed (when that makes them
+    /// smaller); `usize::MAX` turns compression off.
+    pub fn compress_threshold(mut self, bytes: usize) -> Self {
+        self.compress_threshold = bytes;
+        self
+    }
+
+    /// How long [`connect`](crate::Transport::connect) may take, TCP connect
+    /// and handshake together; also the limit for an inbound handshake.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// The node name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The address to listen on.
+    pub fn listen_addr(&self) -> SocketAddr {
+        self.listen
+    }
+
+    /// The time after which a silent peer is declared dead.
+    pub fn dead_after(&self) -> Duration {
+        self.heartbeat * self.heartbeat_misses
+    }
+
+    pub(crate) fn heartbeat_ms(&self) -> u32 {
+        self.heartbeat.as_millis().clamp(1, u32::MAX as u128) as u32
+    }
+
+    pub(crate) fn validate(&self) -> std::io::Result<()> {
+        let bad = |m: &str| {
+            Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                m.to_owned(),
+            ))
+        };
+        if self.name.is_empty() || self.name.len() > 255 {
+            return bad("node name must be 1 to 255 bytes");
+        }
+        if self.max_frame == 0 || self.max_frame > u32::MAX as usize {
+            return bad("max_frame must be between 1 and u32::MAX");
+        }
+        if self.heartbeat.is_zero() || self.heartbeat_misses == 0 {
+            return bad("heartbeat tick and misses must be non-zero");
+        }
+        if self.connect_timeout.is_zero() {
+            return bad("connect_timeout must be non-zero");
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for NetConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NetConfig")
+            .field("listen", &self.listen)
+            .field("advertise", &self.advertise)
+            .field("name", &self.name)
+            .field("creation", &self.creation)
+            .field("fingerprint", &self.fingerprint)
+            .field("cookie", &self.cookie.as_ref().map(|_| "<hidden>"))
+            .field("max_frame", &self.max_frame)
+            .field("heartbeat", &self.heartbeat)
+            .field("heartbeat_misses", &self.heartbeat_misses)
+            .field("compress_threshold", &self.compress_threshold)
+            .field("connect_timeout", &self.connect_timeout)
+            .finish()
+    }
+}

@@ -1,0 +1,332 @@
+//! One established connection: its outbox, writer loop and reader loop.
+//!
+//! # Writer coalescing
+//!
+//! [`Conn::send`] appends the encoded frame to `out.buf` under the outbox
+//! mutex and notifies the writer only if the writer said it is idle
+//! (`out.writer_idle`, set by the writer under the same mutex just before it
+//! waits). The writer swaps the whole buffer for its empty spare and writes
+//! it with one `write_all`, so every frame queued while it was writing goes
+//! out in the next single syscall. No wake-up is lost: the writer checks for
+//! work and sets `writer_idle` with the mutex held, and the condvar wait
+//! releases the mutex atomically.
+//!
+//! # Direct writes when traffic is sparse
+//!
+//! Waking the writer costs a futex wake and a context switch (several µs),
+//! which is most of a round trip on loopback. So when a frame finds the
+//! writer parked, the buffer empty (nothing in flight: the writer only
+//! parks after its write finished), and both the writer's parking and the
+//! previous such frame at least `DIRECT_GAP` ago, the sender writes it itself with `MSG_DONTWAIT`, still
+//! under the outbox mutex (so order holds). Whatever the socket does not take
+//! stays in the buffer for the woken writer. Dense traffic never takes this
+//! path, so it keeps its coalescing.
+//!
+//! Rejected: writing directly whenever the writer is parked. A tight send
+//! loop then makes one syscall per frame (the writer never gets to batch),
+//! capping throughput near the syscall rate.
+//!
+//! # Closing
+//!
+//! [`Conn::close`] is idempotent; the first caller's reason is kept. It shuts
+//! the socket down (which wakes the reader with EOF or an error) and marks
+//! the outbox closed (which stops the writer and makes `send` fail). The
+//! reader thread, when its loop ends, reports `peer_down` exactly once
+//! (`down_reported`).
+
+use std::io::{self, Write};
+use std::net::{Shutdown, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+use socket2::SockRef;
+
+use crate::frame::{self, kind, Decoder, FIRST_USER_KIND, FLAG_COMPRESSED};
+use crate::{Handler, NetError, PeerInfo};
+
+/// Initial capacity of the writer's buffers.
+const WRITE_BUF: usize = 64 << 10;
+/// A writer buffer that grew beyond this is given back after use.
+const WRITE_BUF_KEEP: usize = 4 << 20;
+/// A frame sent at least this long after the previous one, to a parked
+/// writer, is written by the sender itself (see `push`).
+const DIRECT_GAP: Duration = Duration::from_micros(10);
+/// Flags of that direct write: never block, and no SIGPIPE where the flag exists.
+#[cfg(any(target_os = "linux", target_os = "android", target_os = "freebsd"))]
+const DIRECT_FLAGS: libc::c_int = libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL;
+#[cfg(not(any(target_os = "linux", target_os = "android", target_os = "freebsd")))]
+const DIRECT_FLAGS: libc::c_int = libc::MSG_DONTWAIT;
+/// Size of the reader's buffer (grows for larger frames, then shrinks back).
+pub(crate) const READ_BUF: usize = 256 << 10;
+
+/// Frames waiting for the writer. Guarded by `Conn::out`.
+#[derive(Debug)]
+struct Outbox {
+    /// Encoded frames, appended by senders, taken whole by the writer.
+    buf: Vec<u8>,
+    /// Set by the writer (under the mutex) right before it waits; cleared by
+    /// the sender that wakes it.
+    writer_idle: bool,
+    /// Set once by `close`; senders fail and the writer stops.
+    closed: bool,
+    /// When a sender last found the writer idle (see `push`).
+    last_push: Instant,
+    /// When the writer last parked; written by the writer.
+    idle_since: Instant,
+}
+
+/// Shared state of one connection, owned jointly by the transport's tables,
+/// the reader and the writer.
+#[derive(Debug)]
+pub(crate) struct Conn {
+    pub(crate) info: PeerInfo,
+    /// A handle on the socket, for `shutdown` and for the writer.
+    stream: TcpStream,
+    out: Mutex<Outbox>,
+    wake: Condvar,
+    /// Set once, by the first `close`, after `reason`.
+    closed: AtomicBool,
+    /// Written once, by the first `close`.
+    reason: Mutex<Option<NetError>>,
+    /// Set once `peer_up` has returned (by the thread that called it).
+    announced: AtomicBool,
+    /// Set by whoever reports `peer_down` (normally the reader).
+    down_reported: AtomicBool,
+    max_frame: usize,
+    compress_threshold: usize,
+    /// Silence after which the peer is declared dead.
+    dead_after: Duration,
+}
+
+impl Conn {
+    pub(crate) fn new(
+        info: PeerInfo,
+        stream: TcpStream,
+        max_frame: usize,
+        compress_threshold: usize,
+        dead_after: Duration,
+    ) -> Conn {
+        Conn {
+            info,
+            stream,
+            out: Mutex::new(Outbox {
+                buf: Vec::with_capacity(WRITE_BUF),
+                writer_idle: false,
+                closed: false,
+                last_push: Instant::now(),
+                idle_since: Instant::now(),
+            }),
+            wake: Condvar::new(),
+            closed: AtomicBool::new(false),
+            reason: Mutex::new(None),
+            announced: AtomicBool::new(false),
+            down_reported: AtomicBool::new(false),
+            max_frame,
+            compress_threshold,
+            dead_after,
+        }
+    }
+
+    /// Queues one frame; never touches the socket.
+    pub(crate) fn send(&self, kind: u8, payload: &[u8]) -> Result<(), NetError> {
+        if kind < FIRST_USER_KIND {
+            return Err(NetError::ReservedKind(kind));
+        }
+        if payload.len() > self.max_frame {
+            return Err(NetError::FrameTooLarge {
+                size: payload.len(),
+                max: self.max_frame,
+            });
+        }
+        if payload.len() > self.compress_threshold {
+            let z = frame::deflate(payload);
+            if z.len() < payload.len() {
+                return self.push(|buf| frame::encode(buf, kind, FLAG_COMPRESSED, &z));
+            }
+        }
+        self.push(|buf| frame::encode(buf, kind, 0, payload))
+    }
+
+    #[inline]
+    fn push(&self, encode: impl FnOnce(&mut Vec<u8>)) -> Result<(), NetError> {
+        let mut out = self.out.lock();
+        if out.closed {
+            return Err(NetError::NotConnected(self.info.id));
+        }
+        let was_empty = out.buf.is_empty();
+        encode(&mut out.buf);
+        if !out.writer_idle {
+            return Ok(());
+        }
+        // The writer is parked with nothing in flight. When traffic is sparse,
+        // write directly (never blocking) and spare the writer's wake-up.
+        let now = Instant::now();
+        let sparse = now.duration_since(out.last_push) >= DIRECT_GAP
+            && now.duration_since(out.idle_since) >= DIRECT_GAP;
+        out.last_push = now;
+        if was_empty && sparse {
+            match SockRef::from(&self.stream).send_with_flags(&out.buf, DIRECT_FLAGS) {
+                Ok(n) if n == out.buf.len() => {
+                    out.buf.clear();
+                    return Ok(());
+                }
+                Ok(n) => drop(out.buf.drain(..n)),
+                // WouldBlock, or a broken socket: the writer finds out.
+                Err(_) => {}
+            }
+        }
+        out.writer_idle = false;
+        drop(out);
+        self.wake.notify_one();
+        Ok(())
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// Closes the connection for `reason`; only the first call counts.
+    pub(crate) fn close(&self, reason: NetError) {
+        {
+            // The reason is stored before `closed` is set, under its lock, so
+            // that whoever sees `closed` and asks for the reason gets it.
+            let mut r = self.reason.lock();
+            if r.is_some() {
+                return;
+            }
+            *r = Some(reason);
+            self.closed.store(true, Ordering::Release);
+        }
+        let _ = self.stream.shutdown(Shutdown::Both);
+        self.out.lock().closed = true;
+        self.wake.notify_one();
+    }
+
+    /// Bytes queued and not yet handed to the socket.
+    pub(crate) fn queued_bytes(&self) -> usize {
+        self.out.lock().buf.len()
+    }
+
+    /// Why the connection closed (`Closed` if it has not).
+    pub(crate) fn reason(&self) -> NetError {
+        self.reason.lock().clone().unwrap_or(NetError::Closed)
+    }
+
+    /// Whether `peer_up` has been called and returned.
+    pub(crate) fn is_announced(&self) -> bool {
+        self.announced.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn set_announced(&self) {
+        self.announced.store(true, Ordering::Release);
+    }
+
+    /// True for the one caller that gets to report `peer_down`.
+    pub(crate) fn take_down_report(&self) -> bool {
+        !self.down_reported.swap(true, Ordering::AcqRel)
+    }
+
+    /// The writer thread: flush the outbox, or send a heartbeat after a tick
+    /// of silence, until closed.
+    pub(crate) fn write_loop(&self, tick: Duration) {
+        let mut stream = match self.stream.try_clone() {
+            Ok(s) => s,
+            Err(e) => return self.close(e.into()),
+        };
+        let mut spare: Vec<u8> = Vec::with_capacity(WRITE_BUF);
+        let mut last_write = Instant::now();
+        loop {
+            {
+                let mut out = self.out.lock();
+                loop {
+                    if out.closed {
+                        return;
+                    }
+                    if !out.buf.is_empty() {
+                        std::mem::swap(&mut out.buf, &mut spare);
+                        break;
+                    }
+                    let due = last_write + tick;
+                    let now = Instant::now();
+                    if now >= due {
+                        frame::encode(&mut spare, kind::HEARTBEAT, 0, &[]);
+                        break;
+                    }
+                    if !out.writer_idle {
+                        out.idle_since = now;
+                    }
+                    out.writer_idle = true;
+                    self.wake.wait_until(&mut out, due);
+                    out.writer_idle = false;
+                }
+            }
+            if let Err(e) = stream.write_all(&spare) {
+                log::debug!("graft-net: write to {} failed: {e}", self.info.name);
+                return self.close(e.into());
+            }
+            last_write = Instant::now();
+            spare.clear();
+            if spare.capacity() > WRITE_BUF_KEEP {
+                spare = Vec::with_capacity(WRITE_BUF);
+            }
+        }
+    }
+
+    /// The reader loop: deliver frames to `handler` until the connection
+    /// fails or is closed; returns why.
+    pub(crate) fn read_loop(
+        &self,
+        stream: &mut TcpStream,
+        dec: &mut Decoder,
+        handler: &dyn Handler,
+    ) -> NetError {
+        let mut last_rx = Instant::now();
+        loop {
+            loop {
+                if self.is_closed() {
+                    return self.reason();
+                }
+                let f = match dec.next_frame() {
+                    Ok(Some(f)) => f,
+                    Ok(None) => break,
+                    Err(e) => return e,
+                };
+                match f.kind {
+                    kind::HEARTBEAT => {}
+                    k if k < FIRST_USER_KIND => {
+                        return NetError::Protocol(format!("unexpected transport frame kind {k}"))
+                    }
+                    k => {
+                        let payload = if f.flags & FLAG_COMPRESSED != 0 {
+                            match frame::inflate(f.payload, self.max_frame) {
+                                Ok(p) => p,
+                                Err(e) => return e,
+                            }
+                        } else {
+                            f.payload.to_vec()
+                        };
+                        handler.frame(&self.info, k, payload);
+                    }
+                }
+            }
+            match dec.fill(stream) {
+                Ok(0) => return NetError::Closed,
+                Ok(_) => last_rx = Instant::now(),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    let silent = last_rx.elapsed();
+                    if silent >= self.dead_after {
+                        return NetError::HeartbeatTimeout(silent);
+                    }
+                }
+                Err(e) => return e.into(),
+            }
+        }
+    }
+}

@@ -1,0 +1,162 @@
+//! The shared secret (the cookie), the key derived from it, and random bytes.
+//!
+//! The cookie never crosses the wire: both sides derive a 32-byte key from
+//! it with `blake3::derive_key`, and prove they know it by answering the
+//! other side's random nonce with a keyed hash (see `handshake.rs`).
+
+use std::fs::{self, OpenOptions};
+use std::io::{self, Read, Write};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Environment variable consulted when no cookie is configured.
+pub const COOKIE_ENV: &str = "GRAFT_COOKIE";
+
+/// File name, in the home directory, of the per-user cookie file.
+pub const COOKIE_FILE: &str = ".graft.cookie";
+
+/// Context string for the key derivation; changing it changes every key.
+const KEY_CONTEXT: &str = "graft-net 2026-11 cookie key v1";
+
+/// Finds the cookie the way Erlang does: the configured one, else the
+/// `GRAFT_COOKIE` environment variable, else the per-user file
+/// `$HOME/.graft.cookie`, which is created (mode 0600, 20 random capital
+/// letters) on first use.
+///
+/// # Examples
+///
+/// ```
+/// assert_eq!(graft_net::resolve_cookie(Some("secret")).unwrap(), "secret");
+/// ```
+///
+/// # Errors
+///
+/// An empty configured cookie or cookie file, `$HOME` not set, or the file
+/// cannot be read or created.
+pub fn resolve_cookie(configured: Option<&str>) -> io::Result<String> {
+    if let Some(c) = configured {
+        return non_empty(c.to_owned(), "the configured cookie");
+    }
+    if let Ok(c) = std::env::var(COOKIE_ENV) {
+        if !c.is_empty() {
+            return Ok(c);
+        }
+    }
+    let home = std::env::var_os("HOME")
+        .filter(|h| !h.is_empty())
+        .ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::NotFound,
+                "no cookie configured, GRAFT_COOKIE unset and HOME unset",
+            )
+        })?;
+    read_or_create_cookie_file(&PathBuf::from(home).join(COOKIE_FILE))
+}
+
+/// Reads the cookie in `path`, or, if there is no such file, creates it with
+/// mode 0600 and a random cookie. Leading and trailing whitespace is not
+/// part of the cookie. Logs a warning if the file can be read by others.
+///
+/// # Errors
+///
+/// The file cannot be read or created, or holds only whitespace.
+pub fn read_or_create_cookie_file(path: &Path) -> io::Result<String> {
+    match OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+    {
+        Ok(mut f) => {
+            let cookie = random_cookie();
+            f.write_all(cookie.as_bytes())?;
+            f.sync_all()?;
+            log::info!("graft-net: created cookie file {}", path.display());
+            Ok(cookie)
+        }
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+            let mut f = fs::File::open(path)?;
+            let mode = f.metadata()?.permissions().mode();
+            if mode & 0o077 != 0 {
+                log::warn!(
+                    "graft-net: cookie file {} has mode {:o}; it should be 0600",
+                    path.display(),
+                    mode & 0o777
+                );
+            }
+            let mut s = String::new();
+            f.read_to_string(&mut s)?;
+            non_empty(s.trim().to_owned(), "the cookie file")
+        }
+        Err(e) => Err(e),
+    }
+}
+
+fn non_empty(c: String, what: &str) -> io::Result<String> {
+    if c.is_empty() {
+        Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{what} is empty"),
+        ))
+    } else {
+        Ok(c)
+    }
+}
+
+/// 20 capital letters, as Erlang's generated cookies.
+fn random_cookie() -> String {
+    random_bytes()[..20]
+        .iter()
+        .map(|b| char::from(b'A' + b % 26))
+        .collect()
+}
+
+/// The key both sides derive from the cookie.
+pub(crate) fn derive_key(cookie: &str) -> [u8; 32] {
+    blake3::derive_key(KEY_CONTEXT, cookie.as_bytes())
+}
+
+/// 32 unpredictable bytes: `/dev/urandom` when it can be read, always mixed
+/// with the time, the process id, a counter and a stack address.
+pub(crate) fn random_bytes() -> [u8; 32] {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut h = blake3::Hasher::new();
+    let mut os = [0u8; 32];
+    if let Ok(mut f) = fs::File::open("/dev/urandom") {
+        if f.read_exact(&mut os).is_ok() {
+            h.update(&os);
+        }
+    }
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    h.update(&now.to_le_bytes());
+    h.update(&std::process::id().to_le_bytes());
+    h.update(&COUNTER.fetch_add(1, Ordering::Relaxed).to_le_bytes());
+    let local = 0u8;
+    h.update(&(std::ptr::addr_of!(local) as usize).to_le_bytes());
+    h.update(format!("{:?}", std::thread::current().id()).as_bytes());
+    *h.finalize().as_bytes()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn random_bytes_differ() {
+        assert_ne!(random_bytes(), random_bytes());
+        let c = random_cookie();
+        assert_eq!(c.len(), 20);
+        assert!(c.bytes().all(|b| b.is_ascii_uppercase()));
+    }
+
+    #[test]
+    fn keys_depend_on_the_cookie() {
+        assert_eq!(derive_key("a"), derive_key("a"));
+        assert_ne!(derive_key("a"), derive_key("b"));
+    }
+}

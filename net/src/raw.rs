@@ -1,0 +1,142 @@
+//! [`RawClient`]: the protocol without the machinery, for tools and tests.
+
+use std::io::{self, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+use crate::conn::READ_BUF;
+use crate::cookie::{derive_key, resolve_cookie};
+use crate::frame::{self, Decoder};
+use crate::handshake::{self, Identity, Outcome, MAX_HANDSHAKE_FRAME};
+use crate::{NetConfig, NetError, PeerId, PeerInfo};
+
+/// A blocking client connection that speaks the graft-net wire protocol
+/// itself, on the caller's thread: no reader, no writer, no heartbeats. For
+/// diagnostics and fault injection (it can send any frame, even a reserved
+/// or malformed one); nodes use [`Transport`](crate::Transport).
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::Arc;
+/// use graft_net::{Handler, NetConfig, NetError, PeerInfo, RawClient, Transport};
+///
+/// struct Quiet;
+/// impl Handler for Quiet {
+///     fn peer_up(&self, _: &PeerInfo) {}
+///     fn frame(&self, _: &PeerInfo, _: u8, _: Vec<u8>) {}
+///     fn peer_down(&self, _: &PeerInfo, _: &NetError) {}
+/// }
+///
+/// let any = "127.0.0.1:0".parse().unwrap();
+/// let node = Transport::start(NetConfig::new("node", any).cookie("c"), Arc::new(Quiet)).unwrap();
+/// let (mut raw, peer) = RawClient::connect(node.local_addr(), &NetConfig::new("probe", any).cookie("c")).unwrap();
+/// assert_eq!(peer.name, "node");
+/// raw.send_frame(16, b"hi").unwrap();
+/// node.shutdown();
+/// ```
+#[derive(Debug)]
+pub struct RawClient {
+    stream: TcpStream,
+    dec: Decoder,
+}
+
+impl RawClient {
+    /// Connects to `addr` and runs the handshake as the node described by
+    /// `cfg` (name, announced address, creation, fingerprint, cookie). The
+    /// returned [`PeerInfo`] describes the other side; its id is 0.
+    ///
+    /// # Errors
+    ///
+    /// As [`Transport::connect`](crate::Transport::connect); a duplicate
+    /// connection is [`NetError::Duplicate`].
+    pub fn connect(addr: SocketAddr, cfg: &NetConfig) -> Result<(RawClient, PeerInfo), NetError> {
+        let cookie = resolve_cookie(cfg.cookie.as_deref())?;
+        let mut stream = TcpStream::connect_timeout(&addr, cfg.connect_timeout)?;
+        stream.set_nodelay(true)?;
+        stream.set_write_timeout(Some(cfg.connect_timeout))?;
+        let me = Identity {
+            name: cfg.name.clone(),
+            listen_addr: cfg.advertise.unwrap_or(cfg.listen),
+            creation: cfg.creation,
+            fingerprint: cfg.fingerprint,
+            heartbeat_ms: cfg.heartbeat_ms(),
+            key: derive_key(&cookie),
+        };
+        let mut dec = Decoder::new(READ_BUF, MAX_HANDSHAKE_FRAME);
+        let deadline = Instant::now() + cfg.connect_timeout;
+        match handshake::initiate(&mut stream, &mut dec, &me, deadline, |_| Ok(true))? {
+            Outcome::Up(h) => {
+                dec.set_max_frame(cfg.max_frame);
+                let info = PeerInfo {
+                    id: PeerId(0),
+                    name: h.name,
+                    listen_addr: h.listen_addr,
+                    creation: h.creation,
+                    fingerprint: h.fingerprint,
+                };
+                Ok((RawClient { stream, dec }, info))
+            }
+            Outcome::Duplicate(_) => Err(NetError::Duplicate),
+        }
+    }
+
+    /// Sends one uncompressed frame of any kind, reserved ones included.
+    ///
+    /// # Errors
+    ///
+    /// The write fails.
+    pub fn send_frame(&mut self, kind: u8, payload: &[u8]) -> io::Result<()> {
+        frame::write_frame(&mut self.stream, kind, payload)
+    }
+
+    /// Writes raw bytes, framed or not.
+    ///
+    /// # Errors
+    ///
+    /// The write fails.
+    pub fn send_raw(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.stream.write_all(bytes)
+    }
+
+    /// Waits up to `timeout` for the next frame (heartbeats included, payload
+    /// as sent: still compressed if flagged so) and returns its kind, flags
+    /// and payload; `Ok(None)` on timeout.
+    ///
+    /// # Errors
+    ///
+    /// [`NetError::Closed`] when the other side closed the connection, a
+    /// protocol error for a malformed frame, or an I/O error.
+    pub fn recv_frame(&mut self, timeout: Duration) -> Result<Option<(u8, u8, Vec<u8>)>, NetError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(f) = self.dec.next_frame()? {
+                return Ok(Some((f.kind, f.flags, f.payload.to_vec())));
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(None);
+            }
+            self.stream.set_read_timeout(Some(left))?;
+            match self.dec.fill(&mut self.stream) {
+                Ok(0) => return Err(NetError::Closed),
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    return Ok(None)
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// The underlying socket.
+    pub fn stream(&self) -> &TcpStream {
+        &self.stream
+    }
+}

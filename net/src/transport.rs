@@ -1,0 +1,884 @@
+//! [`Transport`]: the listener, the peer tables, connect, send, shutdown.
+//!
+//! # Threads
+//!
+//! | thread             | count        | does                                           |
+//! |--------------------|--------------|------------------------------------------------|
+//! | `graft-net-accpt` | 1            | accepts, spawns a reader per inbound socket     |
+//! | `graft-net-rd`     | 1 per socket | inbound handshake (if inbound), then reads      |
+//! | `graft-net-wr`     | 1 per peer   | flushes the outbox, sends heartbeats            |
+//!
+//! Every handle goes into `State::threads`; [`Transport::shutdown`] joins
+//! them all. Outbound handshakes run on the caller of `connect`.
+//!
+//! # Tables
+//!
+//! `State::names` maps a node name to its one connection slot:
+//! `Pending(token)` while *we* are connecting to it (from the moment its
+//! answer to our challenge checked out until the acceptor's verdict), or
+//! `Up(conn)`. `Inner::peers` holds the same `Up` connections by id for the
+//! send path; it is written only with `state` held (lock order: `state`,
+//! then `peers`).
+//!
+//! # Two connections between the same nodes
+//!
+//! When both nodes connect to each other at once, the connection initiated
+//! by the node with the smaller name is kept. Only the acceptor decides, and
+//! only after the initiator proved its cookie:
+//!
+//! * slot empty, or `Up` with another creation (the node restarted), or `Up`
+//!   but closed: keep (the stale connection is closed with `Replaced`);
+//! * slot `Pending` (we are connecting to the same node): keep iff the
+//!   initiator's name is smaller than ours, and then take the slot;
+//! * slot `Up` otherwise: duplicate, drop.
+//!
+//! The initiator registers `Pending` before it answers the acceptor's
+//! challenge, and yields (drops its attempt) if the slot is `Pending` or
+//! `Up` already. Hence when an acceptor keeps connection `c`, `c`'s
+//! initiator held `Pending(c)` before the acceptor decided, and the two sides
+//! cannot each keep a different connection. The loser of the race waits for
+//! the winner to come up and `connect` returns it.
+//!
+//! # Shutdown
+//!
+//! 1. Under `state`: set `closed` (no new thread, slot or peer after this).
+//! 2. Wake the accept thread (shut the listening socket down, then a
+//!    self-connect in case that did not wake it).
+//! 3. Shut down every socket still in a handshake; close every connection
+//!    with `Shutdown` (readers report `peer_down`, writers stop).
+//! 4. Join every thread, until the list stays empty.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex, RwLock};
+use socket2::{Domain, Protocol, Socket, Type};
+
+use crate::conn::{Conn, READ_BUF};
+use crate::cookie::{derive_key, resolve_cookie};
+use crate::frame::Decoder;
+use crate::handshake::{self, Hello, Identity, Outcome, MAX_HANDSHAKE_FRAME};
+use crate::{Handler, NetConfig, NetError, PeerId, PeerInfo};
+
+/// A running transport: a listening socket and a set of authenticated peers.
+///
+/// Cheap to clone (all clones are the same transport). Dropping the last
+/// clone shuts it down, but a [`Handler`] that holds a clone keeps it alive:
+/// call [`shutdown`](Transport::shutdown) explicitly.
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::{mpsc, Arc, Mutex};
+/// use graft_net::{Handler, NetConfig, NetError, PeerInfo, Transport, FIRST_USER_KIND};
+///
+/// struct Inbox(Mutex<mpsc::Sender<Vec<u8>>>);
+/// impl Handler for Inbox {
+///     fn peer_up(&self, _: &PeerInfo) {}
+///     fn frame(&self, _: &PeerInfo, _kind: u8, payload: Vec<u8>) {
+///         self.0.lock().unwrap().send(payload).unwrap();
+///     }
+///     fn peer_down(&self, _: &PeerInfo, _: &NetError) {}
+/// }
+///
+/// let (tx, rx) = mpsc::channel();
+/// let addr = "127.0.0.1:0".parse().unwrap();
+/// let a = Transport::start(NetConfig::new("a", addr).cookie("c"), Arc::new(Inbox(Mutex::new(tx.clone())))).unwrap();
+/// let b = Transport::start(NetConfig::new("b", addr).cookie("c"), Arc::new(Inbox(Mutex::new(tx)))).unwrap();
+///
+/// let peer = a.connect(b.local_addr()).unwrap();
+/// assert_eq!(peer.name, "b");
+/// a.send(peer.id, FIRST_USER_KIND, b"hello").unwrap();
+/// assert_eq!(rx.recv().unwrap(), b"hello");
+///
+/// a.shutdown();
+/// b.shutdown();
+/// ```
+#[derive(Clone)]
+pub struct Transport {
+    inner: Arc<Inner>,
+    _guard: Arc<Guard>,
+}
+
+/// Shuts the transport down when the last [`Transport`] clone goes.
+struct Guard(Arc<Inner>);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        self.0.shutdown();
+    }
+}
+
+struct Inner {
+    cfg: NetConfig,
+    me: Identity,
+    local_addr: SocketAddr,
+    listener: Socket,
+    handler: Arc<dyn Handler>,
+    state: Mutex<State>,
+    /// The `Up` connections by id. Written only with `state` held.
+    peers: RwLock<HashMap<PeerId, Arc<Conn>>>,
+    /// Notified (with `state` held or just after) whenever a slot changes.
+    changed: Condvar,
+    /// Source of peer ids and handshake tokens; starts at 1, never reused.
+    next_id: AtomicU64,
+}
+
+struct State {
+    /// Set once by shutdown.
+    closed: bool,
+    names: HashMap<String, Slot>,
+    /// Sockets in a handshake, by token, so shutdown can interrupt them.
+    handshaking: HashMap<u64, TcpStream>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+enum Slot {
+    /// We are connecting to this node; the token of that attempt.
+    Pending(u64),
+    Up(Arc<Conn>),
+}
+
+/// A new connection, or the one that was there already.
+enum Connected {
+    New(Arc<Conn>, Decoder),
+    Existing(PeerInfo),
+}
+
+impl Transport {
+    /// Binds the listening socket, resolves the cookie and starts the accept
+    /// thread.
+    ///
+    /// # Errors
+    ///
+    /// An invalid configuration, no cookie to be found, or the socket cannot
+    /// be bound.
+    pub fn start(cfg: NetConfig, handler: Arc<dyn Handler>) -> io::Result<Transport> {
+        cfg.validate()?;
+        let cookie = resolve_cookie(cfg.cookie.as_deref())?;
+        let listener = Socket::new(
+            Domain::for_address(cfg.listen),
+            Type::STREAM,
+            Some(Protocol::TCP),
+        )?;
+        listener.set_reuse_address(true)?;
+        listener.bind(&cfg.listen.into())?;
+        listener.listen(1024)?;
+        let local_addr = listener
+            .local_addr()?
+            .as_socket()
+            .ok_or_else(|| io::Error::other("listening socket has no IP address"))?;
+        let me = Identity {
+            name: cfg.name.clone(),
+            listen_addr: cfg.advertise.unwrap_or(local_addr),
+            creation: cfg.creation,
+            fingerprint: cfg.fingerprint,
+            heartbeat_ms: cfg.heartbeat_ms(),
+            key: derive_key(&cookie),
+        };
+        let inner = Arc::new(Inner {
+            cfg,
+            me,
+            local_addr,
+            listener,
+            handler,
+            state: Mutex::new(State {
+                closed: false,
+                names: HashMap::new(),
+                handshaking: HashMap::new(),
+                threads: Vec::new(),
+            }),
+            peers: RwLock::new(HashMap::new()),
+            changed: Condvar::new(),
+            next_id: AtomicU64::new(1),
+        });
+        let acceptor = inner.clone();
+        inner
+            .spawn("graft-net-accpt", move || acceptor.accept_loop())
+            .map_err(|e| io::Error::other(e.to_string()))?;
+        log::debug!(
+            "graft-net: node {} listening on {local_addr}",
+            inner.me.name
+        );
+        Ok(Transport {
+            _guard: Arc::new(Guard(inner.clone())),
+            inner,
+        })
+    }
+
+    /// The address the listener is bound to (with the real port when the
+    /// configured one was 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.inner.local_addr
+    }
+
+    /// This node's name.
+    pub fn name(&self) -> &str {
+        &self.inner.me.name
+    }
+
+    /// This node's creation (the configured one, or the random default).
+    pub fn creation(&self) -> u32 {
+        self.inner.me.creation
+    }
+
+    /// The listening address announced to peers (the
+    /// [`advertise`](NetConfig::advertise)d one, else [`local_addr`](Transport::local_addr)).
+    pub fn advertised_addr(&self) -> SocketAddr {
+        self.inner.me.listen_addr
+    }
+
+    /// Connects to the node listening on `addr` and runs the handshake,
+    /// blocking for at most the configured connect timeout. Calls
+    /// [`Handler::peer_up`] (on this thread) before returning a new peer.
+    ///
+    /// If that node is already connected (by its announced address, or by
+    /// name once the handshake told it), returns the existing peer. When two
+    /// nodes connect to each other at once, both calls return the same
+    /// single connection.
+    ///
+    /// # Errors
+    ///
+    /// [`NetError::Auth`] when either side refuses the other's cookie,
+    /// [`NetError::Timeout`], [`NetError::Handshake`] for protocol trouble,
+    /// [`NetError::Io`] when the TCP connect fails, [`NetError::Shutdown`].
+    pub fn connect(&self, addr: SocketAddr) -> Result<PeerInfo, NetError> {
+        self.inner.connect(addr).inspect_err(|e| match e {
+            NetError::Auth { .. } | NetError::Shutdown => {}
+            e => log::warn!("graft-net: connecting to {addr} failed: {e}"),
+        })
+    }
+
+    /// Queues one frame for `peer`. Never blocks on the socket: the frame is
+    /// appended to the peer's buffer and its writer thread sends it (with
+    /// others queued meanwhile, in one write). Payloads over the compression
+    /// threshold are compressed here, on the caller's thread.
+    ///
+    /// `Ok` means queued, not delivered: if the connection breaks, queued
+    /// frames are lost and [`Handler::peer_down`] is called.
+    ///
+    /// # Errors
+    ///
+    /// [`NetError::NotConnected`] when the peer is (or is going) down,
+    /// [`NetError::ReservedKind`] for `kind < FIRST_USER_KIND`,
+    /// [`NetError::FrameTooLarge`].
+    #[inline]
+    pub fn send(&self, peer: PeerId, kind: u8, payload: &[u8]) -> Result<(), NetError> {
+        let peers = self.inner.peers.read();
+        let Some(conn) = peers.get(&peer) else {
+            return Err(NetError::NotConnected(peer));
+        };
+        if payload.len() <= self.inner.cfg.compress_threshold {
+            return conn.send(kind, payload);
+        }
+        // Compressing takes a while: not with the table locked.
+        let conn = conn.clone();
+        drop(peers);
+        conn.send(kind, payload)
+    }
+
+    /// A handle that sends to `peer` without the table lookup of
+    /// [`send`](Transport::send), for hot paths.
+    ///
+    /// # Errors
+    ///
+    /// [`NetError::NotConnected`] when no such peer is up.
+    pub fn sender(&self, peer: PeerId) -> Result<PeerSender, NetError> {
+        match self.inner.peers.read().get(&peer) {
+            Some(conn) if !conn.is_closed() => Ok(PeerSender { conn: conn.clone() }),
+            _ => Err(NetError::NotConnected(peer)),
+        }
+    }
+
+    /// Closes the connection to `peer` (queued frames are dropped).
+    /// [`Handler::peer_down`] follows, with [`NetError::Disconnected`], on
+    /// the peer's reader thread. Unknown ids are ignored.
+    pub fn disconnect(&self, peer: PeerId) {
+        let conn = self.inner.peers.read().get(&peer).cloned();
+        if let Some(conn) = conn {
+            conn.close(NetError::Disconnected);
+        }
+    }
+
+    /// The peers that are up (`peer_up` called, connection not closed), by id.
+    pub fn peers(&self) -> Vec<PeerInfo> {
+        let mut v: Vec<PeerInfo> = (self.inner.peers.read().values())
+            .filter(|c| c.is_announced() && !c.is_closed())
+            .map(|c| c.info.clone())
+            .collect();
+        v.sort_by_key(|p| p.id);
+        v
+    }
+
+    /// The peer with this id, if it is up.
+    pub fn peer(&self, peer: PeerId) -> Option<PeerInfo> {
+        (self.inner.peers.read().get(&peer))
+            .filter(|c| c.is_announced() && !c.is_closed())
+            .map(|c| c.info.clone())
+    }
+
+    /// The peer with this node name, if it is up.
+    pub fn peer_named(&self, name: &str) -> Option<PeerInfo> {
+        match self.inner.state.lock().names.get(name) {
+            Some(Slot::Up(c)) if c.is_announced() && !c.is_closed() => Some(c.info.clone()),
+            _ => None,
+        }
+    }
+
+    /// Closes the listener and every connection, and joins every thread the
+    /// transport started; `peer_down` has been called for every peer when it
+    /// returns. Waits for callbacks in progress to return. Idempotent.
+    /// Called from a handler callback, it joins all threads but the calling
+    /// one.
+    pub fn shutdown(&self) {
+        self.inner.shutdown();
+    }
+}
+
+impl fmt::Debug for Transport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Transport")
+            .field("name", &self.inner.me.name)
+            .field("local_addr", &self.inner.local_addr)
+            .field("peers", &self.inner.peers.read().len())
+            .finish()
+    }
+}
+
+/// Sends to one peer without looking it up; see [`Transport::sender`].
+#[derive(Debug, Clone)]
+pub struct PeerSender {
+    conn: Arc<Conn>,
+}
+
+impl PeerSender {
+    /// As [`Transport::send`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Transport::send`].
+    #[inline]
+    pub fn send(&self, kind: u8, payload: &[u8]) -> Result<(), NetError> {
+        self.conn.send(kind, payload)
+    }
+
+    /// The peer this sender sends to.
+    pub fn peer(&self) -> &PeerInfo {
+        &self.conn.info
+    }
+
+    /// False once the connection is closed (sends then fail).
+    pub fn is_connected(&self) -> bool {
+        !self.conn.is_closed()
+    }
+
+    /// Bytes queued for this peer and not yet written to its socket. The
+    /// outbox is unbounded; a sender that must not outrun a slow peer can
+    /// watch this.
+    pub fn queued_bytes(&self) -> usize {
+        self.conn.queued_bytes()
+    }
+}
+
+impl Inner {
+    fn next_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Spawns a named thread and records its handle, unless shut down.
+    /// Joins handles of threads that have finished, on the way.
+    fn spawn(&self, name: &str, f: impl FnOnce() + Send + 'static) -> Result<(), NetError> {
+        let mut st = self.state.lock();
+        if st.closed {
+            return Err(NetError::Shutdown);
+        }
+        let mut done = Vec::new();
+        let mut i = 0;
+        while i < st.threads.len() {
+            if st.threads[i].is_finished() {
+                done.push(st.threads.swap_remove(i));
+            } else {
+                i += 1;
+            }
+        }
+        let h = thread::Builder::new().name(name.into()).spawn(f)?;
+        st.threads.push(h);
+        drop(st);
+        for h in done {
+            let _ = h.join();
+        }
+        Ok(())
+    }
+
+    fn accept_loop(self: &Arc<Self>) {
+        loop {
+            let accepted = self.listener.accept();
+            if self.state.lock().closed {
+                return;
+            }
+            match accepted {
+                Ok((sock, addr)) => {
+                    let remote = addr
+                        .as_socket()
+                        .unwrap_or(SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), 0));
+                    let stream = TcpStream::from(sock);
+                    let me = self.clone();
+                    if let Err(e) =
+                        self.spawn("graft-net-rd", move || me.serve_inbound(stream, remote))
+                    {
+                        log::error!("graft-net: cannot serve {remote}: {e}");
+                    }
+                }
+                Err(e) => {
+                    log::warn!("graft-net: accept failed: {e}");
+                    thread::sleep(Duration::from_millis(20));
+                }
+            }
+        }
+    }
+
+    /// Registers a socket in a handshake so that shutdown can interrupt it.
+    fn track(&self, token: u64, stream: &TcpStream) -> Result<(), NetError> {
+        let mut st = self.state.lock();
+        if st.closed {
+            return Err(NetError::Shutdown);
+        }
+        st.handshaking.insert(token, stream.try_clone()?);
+        Ok(())
+    }
+
+    fn untrack(&self, token: u64) {
+        self.state.lock().handshaking.remove(&token);
+    }
+
+    /// Timeouts for an established connection: the reader wakes twice a
+    /// tick to check for silence; a write blocked as long as a dead peer
+    /// takes to detect fails.
+    fn configure(&self, stream: &TcpStream, hello: &Hello) -> io::Result<()> {
+        stream.set_read_timeout(Some(self.cfg.heartbeat / 2))?;
+        stream.set_write_timeout(Some(self.dead_after(hello)))
+    }
+
+    /// Silence after which a peer is dead: our window, or as many of the
+    /// peer's (announced) ticks if those are longer.
+    fn dead_after(&self, hello: &Hello) -> Duration {
+        let theirs = Duration::from_millis(hello.heartbeat_ms.into()) * self.cfg.heartbeat_misses;
+        self.cfg.dead_after().max(theirs)
+    }
+
+    fn new_conn(&self, hello: &Hello, stream: &TcpStream) -> io::Result<Arc<Conn>> {
+        let info = PeerInfo {
+            id: PeerId(self.next_id()),
+            name: hello.name.clone(),
+            listen_addr: hello.listen_addr,
+            creation: hello.creation,
+            fingerprint: hello.fingerprint,
+        };
+        Ok(Arc::new(Conn::new(
+            info,
+            stream.try_clone()?,
+            self.cfg.max_frame,
+            self.cfg.compress_threshold,
+            self.dead_after(hello),
+        )))
+    }
+
+    /// Makes `conn` the node's `Up` connection (caller holds `state`);
+    /// returns a different connection it replaced, to be closed.
+    fn install(&self, st: &mut State, conn: &Arc<Conn>) -> Option<Arc<Conn>> {
+        let old = st
+            .names
+            .insert(conn.info.name.clone(), Slot::Up(conn.clone()));
+        let mut peers = self.peers.write();
+        peers.insert(conn.info.id, conn.clone());
+        match old {
+            Some(Slot::Up(old)) => {
+                peers.remove(&old.info.id);
+                Some(old)
+            }
+            _ => None,
+        }
+    }
+
+    /// Removes `conn` from the tables, if it is still there.
+    fn remove(&self, conn: &Arc<Conn>) {
+        let mut st = self.state.lock();
+        if matches!(st.names.get(&conn.info.name), Some(Slot::Up(c)) if Arc::ptr_eq(c, conn)) {
+            st.names.remove(&conn.info.name);
+        }
+        let mut peers = self.peers.write();
+        if peers
+            .get(&conn.info.id)
+            .is_some_and(|c| Arc::ptr_eq(c, conn))
+        {
+            peers.remove(&conn.info.id);
+        }
+        drop(peers);
+        drop(st);
+        self.changed.notify_all();
+    }
+
+    /// Calls `peer_up`, then lets `connect` calls waiting for this node
+    /// return it.
+    fn announce(&self, conn: &Arc<Conn>) {
+        self.handler.peer_up(&conn.info);
+        conn.set_announced();
+        // Taking the lock orders the flag before any waiter's check-then-wait.
+        drop(self.state.lock());
+        self.changed.notify_all();
+    }
+
+    /// Reports `peer_down` for `conn` unless that was done already.
+    fn report_down(&self, conn: &Arc<Conn>) {
+        if !conn.take_down_report() {
+            return;
+        }
+        self.remove(conn);
+        let reason = conn.reason();
+        let (name, id, addr) = (&conn.info.name, conn.info.id, conn.info.listen_addr);
+        match reason {
+            NetError::Disconnected | NetError::Shutdown => {
+                log::debug!("graft-net: peer {name} ({addr}, {id}) down: {reason}")
+            }
+            NetError::Closed | NetError::Replaced => {
+                log::info!("graft-net: peer {name} ({addr}, {id}) down: {reason}")
+            }
+            _ => log::warn!("graft-net: dropping peer {name} ({addr}, {id}): {reason}"),
+        }
+        self.handler.peer_down(&conn.info, &reason);
+    }
+
+    /// Drops a connection that was installed but never announced.
+    fn abandon(&self, conn: &Arc<Conn>, reason: NetError) {
+        conn.close(reason);
+        conn.take_down_report();
+        self.remove(conn);
+    }
+
+    fn run_reader(&self, conn: Arc<Conn>, mut stream: TcpStream, mut dec: Decoder) {
+        let reason = conn.read_loop(&mut stream, &mut dec, &*self.handler);
+        conn.close(reason);
+        self.report_down(&conn);
+    }
+
+    fn start_writer(&self, conn: &Arc<Conn>) -> Result<(), NetError> {
+        let (c, tick) = (conn.clone(), self.cfg.heartbeat);
+        self.spawn("graft-net-wr", move || c.write_loop(tick))
+    }
+
+    // ---- inbound ----
+
+    fn serve_inbound(self: &Arc<Self>, mut stream: TcpStream, remote: SocketAddr) {
+        let token = self.next_id();
+        if self.track(token, &stream).is_err() {
+            return;
+        }
+        let res = self.inbound_handshake(&mut stream, remote);
+        self.untrack(token);
+        let (conn, dec) = match res {
+            Ok(Some(x)) => x,
+            Ok(None) => return,
+            Err(e) => {
+                match e {
+                    NetError::Auth { .. } | NetError::Shutdown => {}
+                    NetError::Duplicate => log::debug!("graft-net: {remote}: {e}"),
+                    e => log::warn!("graft-net: refusing connection from {remote}: {e}"),
+                }
+                return;
+            }
+        };
+        self.announce(&conn);
+        if let Err(e) = self.start_writer(&conn) {
+            conn.close(e);
+        }
+        self.run_reader(conn, stream, dec);
+    }
+
+    fn inbound_handshake(
+        &self,
+        stream: &mut TcpStream,
+        remote: SocketAddr,
+    ) -> Result<Option<(Arc<Conn>, Decoder)>, NetError> {
+        stream.set_nodelay(true)?;
+        stream.set_write_timeout(Some(self.cfg.connect_timeout))?;
+        let deadline = Instant::now() + self.cfg.connect_timeout;
+        let mut dec = Decoder::new(READ_BUF, MAX_HANDSHAKE_FRAME);
+        let hello = handshake::accept(stream, &mut dec, &self.me, deadline, remote)?;
+        self.configure(stream, &hello)?;
+        let Some(conn) = self.commit_inbound(&hello, stream)? else {
+            log::debug!(
+                "graft-net: {}@{remote}: duplicate connection dropped",
+                hello.name
+            );
+            let _ = handshake::finish_accept(stream, false);
+            return Ok(None);
+        };
+        if let Err(e) = handshake::finish_accept(stream, true) {
+            self.abandon(&conn, e.into());
+            return Err(NetError::Closed);
+        }
+        dec.set_max_frame(self.cfg.max_frame);
+        Ok(Some((conn, dec)))
+    }
+
+    /// The acceptor's decision (see the module docs); `None` = duplicate.
+    fn commit_inbound(
+        &self,
+        hello: &Hello,
+        stream: &TcpStream,
+    ) -> Result<Option<Arc<Conn>>, NetError> {
+        let mut st = self.state.lock();
+        if st.closed {
+            return Err(NetError::Shutdown);
+        }
+        match st.names.get(&hello.name) {
+            None => {}
+            Some(Slot::Pending(_)) if hello.name < self.me.name => {}
+            Some(Slot::Pending(_)) => return Ok(None),
+            Some(Slot::Up(old)) if old.info.creation != hello.creation || old.is_closed() => {}
+            Some(Slot::Up(_)) => return Ok(None),
+        }
+        let conn = self.new_conn(hello, stream)?;
+        let replaced = self.install(&mut st, &conn);
+        drop(st);
+        self.changed.notify_all();
+        if let Some(old) = replaced {
+            old.close(NetError::Replaced);
+        }
+        Ok(Some(conn))
+    }
+
+    // ---- outbound ----
+
+    /// The name of a connected node that announced `addr`.
+    fn find_addr(&self, addr: SocketAddr) -> Option<String> {
+        (self.peers.read().values())
+            .find(|c| c.info.listen_addr == addr && !c.is_closed())
+            .map(|c| c.info.name.clone())
+    }
+
+    fn connect(self: &Arc<Self>, addr: SocketAddr) -> Result<PeerInfo, NetError> {
+        let timeout = self.cfg.connect_timeout;
+        let deadline = Instant::now() + timeout;
+        if let Some(name) = self.find_addr(addr) {
+            return self.wait_for_name(&name, deadline);
+        }
+        if self.state.lock().closed {
+            return Err(NetError::Shutdown);
+        }
+        let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+        sock.set_nodelay(true)?;
+        sock.connect_timeout(&addr.into(), timeout)
+            .map_err(|e| match e.kind() {
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => NetError::Timeout,
+                _ => e.into(),
+            })?;
+        let mut stream = TcpStream::from(sock);
+        stream.set_write_timeout(Some(timeout))?;
+        let token = self.next_id();
+        self.track(token, &stream)?;
+        let res = self.outbound_handshake(&mut stream, token, deadline);
+        self.untrack(token);
+        if res.is_err() && self.state.lock().closed {
+            return Err(NetError::Shutdown);
+        }
+        let (conn, dec) = match res? {
+            Connected::Existing(p) => return Ok(p),
+            Connected::New(conn, dec) => (conn, dec),
+        };
+        self.announce(&conn);
+        let (c, me) = (conn.clone(), self.clone());
+        if let Err(e) = self.spawn("graft-net-rd", move || me.run_reader(c, stream, dec)) {
+            conn.close(e.clone());
+            self.report_down(&conn);
+            return Err(e);
+        }
+        if let Err(e) = self.start_writer(&conn) {
+            conn.close(e.clone());
+            return Err(e);
+        }
+        Ok(conn.info.clone())
+    }
+
+    fn outbound_handshake(
+        &self,
+        stream: &mut TcpStream,
+        token: u64,
+        deadline: Instant,
+    ) -> Result<Connected, NetError> {
+        let mut dec = Decoder::new(READ_BUF, MAX_HANDSHAKE_FRAME);
+        let mut registered = None;
+        let outcome = handshake::initiate(stream, &mut dec, &self.me, deadline, |h| {
+            let ok = self.register_outbound(token, h)?;
+            if ok {
+                registered = Some(h.name.clone());
+            }
+            Ok(ok)
+        });
+        let res = match outcome {
+            Ok(Outcome::Up(hello)) => self
+                .configure(stream, &hello)
+                .map_err(NetError::from)
+                .and_then(|()| self.commit_outbound(token, &hello, stream)),
+            Ok(Outcome::Duplicate(hello)) => {
+                self.release(registered.as_deref(), token);
+                log::debug!(
+                    "graft-net: already connected to {}; waiting for it",
+                    hello.name
+                );
+                return self
+                    .wait_for_name(&hello.name, deadline)
+                    .map(Connected::Existing);
+            }
+            Err(e) => Err(e),
+        };
+        match res {
+            Ok(conn) => {
+                dec.set_max_frame(self.cfg.max_frame);
+                Ok(Connected::New(conn, dec))
+            }
+            Err(e) => {
+                self.release(registered.as_deref(), token);
+                Err(e)
+            }
+        }
+    }
+
+    /// The initiator's claim on the slot; `false` = yield to another
+    /// connection.
+    fn register_outbound(&self, token: u64, hello: &Hello) -> Result<bool, NetError> {
+        let mut st = self.state.lock();
+        if st.closed {
+            return Err(NetError::Shutdown);
+        }
+        match st.names.get(&hello.name) {
+            None => {}
+            Some(Slot::Pending(_)) => return Ok(false),
+            Some(Slot::Up(old)) if old.info.creation != hello.creation || old.is_closed() => {
+                let old = old.clone();
+                self.peers.write().remove(&old.info.id);
+                old.close(NetError::Replaced);
+            }
+            Some(Slot::Up(_)) => return Ok(false),
+        }
+        st.names.insert(hello.name.clone(), Slot::Pending(token));
+        Ok(true)
+    }
+
+    fn commit_outbound(
+        &self,
+        token: u64,
+        hello: &Hello,
+        stream: &TcpStream,
+    ) -> Result<Arc<Conn>, NetError> {
+        let mut st = self.state.lock();
+        if st.closed {
+            return Err(NetError::Shutdown);
+        }
+        if !matches!(st.names.get(&hello.name), Some(Slot::Pending(t)) if *t == token) {
+            // Ruled out by the duplicate rule (module docs); refuse rather
+            // than keep two connections.
+            log::error!(
+                "graft-net: conflicting connections to {}; dropping one",
+                hello.name
+            );
+            return Err(NetError::Handshake(format!(
+                "conflicting connection to {}",
+                hello.name
+            )));
+        }
+        let conn = self.new_conn(hello, stream)?;
+        self.install(&mut st, &conn);
+        drop(st);
+        self.changed.notify_all();
+        Ok(conn)
+    }
+
+    /// Frees the slot of a failed or yielding attempt, if it still holds it.
+    fn release(&self, name: Option<&str>, token: u64) {
+        let Some(name) = name else { return };
+        let mut st = self.state.lock();
+        if matches!(st.names.get(name), Some(Slot::Pending(t)) if *t == token) {
+            st.names.remove(name);
+        }
+        drop(st);
+        self.changed.notify_all();
+    }
+
+    /// Waits until `name` is up and announced (by another connection), or
+    /// the deadline.
+    fn wait_for_name(&self, name: &str, deadline: Instant) -> Result<PeerInfo, NetError> {
+        let mut st = self.state.lock();
+        loop {
+            if st.closed {
+                return Err(NetError::Shutdown);
+            }
+            match st.names.get(name) {
+                Some(Slot::Up(c)) if c.is_announced() => return Ok(c.info.clone()),
+                _ => {}
+            }
+            if self.changed.wait_until(&mut st, deadline).timed_out() {
+                return match st.names.get(name) {
+                    Some(Slot::Up(c)) if c.is_announced() => Ok(c.info.clone()),
+                    _ => Err(NetError::Timeout),
+                };
+            }
+        }
+    }
+
+    // ---- shutdown ----
+
+    fn shutdown(&self) {
+        let (conns, socks) = {
+            let mut st = self.state.lock();
+            st.closed = true;
+            let socks: Vec<TcpStream> = st
+                .handshaking
+                .values()
+                .filter_map(|s| s.try_clone().ok())
+                .collect();
+            let conns: Vec<Arc<Conn>> = self.peers.read().values().cloned().collect();
+            (conns, socks)
+        };
+        self.changed.notify_all();
+        self.wake_acceptor();
+        for s in socks {
+            let _ = s.shutdown(Shutdown::Both);
+        }
+        for c in conns {
+            c.close(NetError::Shutdown);
+        }
+        let me = thread::current().id();
+        loop {
+            let handles = std::mem::take(&mut self.state.lock().threads);
+            if handles.is_empty() {
+                break;
+            }
+            for h in handles {
+                if h.thread().id() != me {
+                    let _ = h.join();
+                }
+            }
+        }
+    }
+
+    fn wake_acceptor(&self) {
+        let _ = self.listener.shutdown(Shutdown::Both);
+        // In case shutting the listener down did not wake `accept` (it does
+        // on Linux), connect to it; refused or accepted, either wakes it.
+        let mut addr = self.local_addr;
+        if addr.ip().is_unspecified() {
+            addr.set_ip(match addr.ip() {
+                IpAddr::V4(_) => Ipv4Addr::LOCALHOST.into(),
+                IpAddr::V6(_) => Ipv6Addr::LOCALHOST.into(),
+            });
+        }
+        let _ = TcpStream::connect_timeout(&addr, Duration::from_millis(200));
+    }
+}

@@ -1,0 +1,187 @@
+//! Shared test helpers: a recording handler and a bounded wait.
+#![allow(dead_code, unreachable_pub)]
+
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use graft_net::{Handler, NetConfig, NetError, PeerId, PeerInfo, Transport};
+
+/// Hang guard for every wait in the tests (never a speed assertion).
+pub const GUARD: Duration = Duration::from_secs(30);
+
+#[derive(Debug, Clone)]
+pub enum Event {
+    Up(PeerInfo),
+    Frame(PeerId, u8, Vec<u8>),
+    Down(PeerInfo, NetError),
+}
+
+/// Records every callback, in order.
+#[derive(Debug, Default)]
+pub struct Recorder {
+    events: Mutex<Vec<Event>>,
+    cv: Condvar,
+}
+
+impl Recorder {
+    pub fn new() -> Arc<Recorder> {
+        Arc::new(Recorder::default())
+    }
+
+    /// The events, even if a panicking test poisoned the lock.
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Event>> {
+        self.events.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn push(&self, e: Event) {
+        self.lock().push(e);
+        self.cv.notify_all();
+    }
+
+    pub fn events(&self) -> Vec<Event> {
+        self.lock().clone()
+    }
+
+    /// Waits (up to the hang guard) until `pred` holds for the events.
+    pub fn wait_for(&self, what: &str, pred: impl Fn(&[Event]) -> bool) {
+        let deadline = Instant::now() + GUARD;
+        let mut ev = self.lock();
+        while !pred(&ev) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            assert!(
+                !left.is_zero(),
+                "timed out waiting for {what}; events: {:?}",
+                summary(&ev)
+            );
+            ev = self
+                .cv
+                .wait_timeout(ev, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+
+    pub fn frames_from(&self, peer: PeerId) -> Vec<(u8, Vec<u8>)> {
+        self.events
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|e| match e {
+                Event::Frame(p, k, d) if *p == peer => Some((*k, d.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    pub fn frame_count(&self) -> usize {
+        count_frames(&self.lock())
+    }
+
+    pub fn ups(&self) -> Vec<PeerInfo> {
+        ups(&self.lock())
+    }
+
+    pub fn downs(&self) -> Vec<(PeerInfo, NetError)> {
+        downs(&self.lock())
+    }
+}
+
+pub fn count_frames(ev: &[Event]) -> usize {
+    ev.iter().filter(|e| matches!(e, Event::Frame(..))).count()
+}
+
+/// Frames from `peer` among `ev`.
+pub fn frames_of(ev: &[Event], peer: PeerId) -> usize {
+    ev.iter()
+        .filter(|e| matches!(e, Event::Frame(p, ..) if *p == peer))
+        .count()
+}
+
+pub fn ups(ev: &[Event]) -> Vec<PeerInfo> {
+    ev.iter()
+        .filter_map(|e| match e {
+            Event::Up(p) => Some(p.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+pub fn downs(ev: &[Event]) -> Vec<(PeerInfo, NetError)> {
+    ev.iter()
+        .filter_map(|e| match e {
+            Event::Down(p, r) => Some((p.clone(), r.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+fn summary(ev: &[Event]) -> Vec<String> {
+    let mut out: Vec<String> = ev
+        .iter()
+        .filter(|e| !matches!(e, Event::Frame(..)))
+        .map(|e| match e {
+            Event::Up(p) => format!("up {} {}", p.name, p.id),
+            Event::Down(p, r) => format!("down {} {}: {r}", p.name, p.id),
+            Event::Frame(..) => unreachable!(),
+        })
+        .collect();
+    out.push(format!("{} frames", count_frames(ev)));
+    out
+}
+
+impl Handler for Recorder {
+    fn peer_up(&self, peer: &PeerInfo) {
+        self.push(Event::Up(peer.clone()));
+    }
+    fn frame(&self, peer: &PeerInfo, kind: u8, payload: Vec<u8>) {
+        self.push(Event::Frame(peer.id, kind, payload));
+    }
+    fn peer_down(&self, peer: &PeerInfo, reason: &NetError) {
+        self.push(Event::Down(peer.clone(), reason.clone()));
+    }
+}
+
+/// Per peer id: `Up` first, then frames, then at most one `Down`, then
+/// nothing.
+pub fn assert_lifecycles(ev: &[Event]) {
+    use std::collections::HashMap;
+    // 0 = not seen, 1 = up, 2 = down
+    let mut state: HashMap<PeerId, u8> = HashMap::new();
+    for e in ev {
+        let (id, next) = match e {
+            Event::Up(p) => (p.id, 1),
+            Event::Frame(id, ..) => (*id, 1),
+            Event::Down(p, _) => (p.id, 2),
+        };
+        let s = state.entry(id).or_insert(0);
+        match (e, *s) {
+            (Event::Up(_), 0) | (Event::Frame(..), 1) | (Event::Down(..), 1) => *s = next,
+            _ => panic!("out of order for {id}: {e:?} in state {s}"),
+        }
+    }
+}
+
+pub fn init_log() {
+    let _ = env_logger::builder().is_test(true).try_init();
+}
+
+pub fn config(name: &str, cookie: &str) -> NetConfig {
+    NetConfig::new(name, "127.0.0.1:0".parse().unwrap())
+        .cookie(cookie)
+        .connect_timeout(Duration::from_secs(10))
+}
+
+pub fn start(cfg: NetConfig) -> (Transport, Arc<Recorder>) {
+    let rec = Recorder::new();
+    let t = Transport::start(cfg, rec.clone()).expect("start transport");
+    (t, rec)
+}
+
+/// Polls `cond` every few ms until true, or panics after the hang guard.
+pub fn wait_until(what: &str, cond: impl Fn() -> bool) {
+    let deadline = Instant::now() + GUARD;
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
