@@ -175,7 +175,7 @@ pub enum Flow {
 }
 
 /// Why a call failed.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, graft::Mobile)]
 pub enum CallError {
     /// No reply within the timeout (the server may still be working; its
     /// reply, if any, is dropped).
@@ -200,7 +200,7 @@ impl fmt::Display for CallError {
 impl std::error::Error for CallError {}
 
 /// Why a server (or a supervisor) did not start.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, graft::Mobile)]
 pub enum StartError {
     /// `init` returned this reason, or panicked with it.
     Init(ExitReason),
@@ -368,6 +368,12 @@ struct InitAck {
     result: Result<(), StartError>,
 }
 
+// The envelopes stay on their node for now: a `ReplyTo` holds the caller's
+// late-reply guard (a remote call needs a runtime alias instead).
+impl<C: Send + 'static, K: Send + 'static, R: Send + 'static> graft::Message for Request<C, K, R> {}
+impl<R: Send + 'static> graft::Message for Reply<R> {}
+impl graft::Message for InitAck {}
+
 type RequestOf<S> =
     Request<<S as GenServer>::Call, <S as GenServer>::Cast, <S as GenServer>::Reply>;
 
@@ -395,6 +401,25 @@ impl<S> std::hash::Hash for Server<S> {
         self.pid.hash(h);
     }
 }
+/// A server handle travels as its pid (it can be sent to other processes,
+/// on this node or another).
+impl<S: GenServer + Sync> graft::Mobile for Server<S> {
+    const WIRE_MIN: usize = <Pid as graft::Mobile>::WIRE_MIN;
+    fn describe(d: &mut graft::graph::Describer) {
+        d.write("Server<");
+        d.write(std::any::type_name::<S>());
+        d.write(">");
+    }
+    fn encode<F: graft::graph::Format>(&self, e: &mut graft::graph::Encoder<'_, F>) {
+        graft::Mobile::encode(&self.pid, e);
+    }
+    fn decode<D: graft::graph::Source>(
+        d: &mut graft::graph::Decoder<'_, D>,
+    ) -> Result<Self, graft::graph::DecodeError> {
+        Ok(Server::from_pid(<Pid as graft::Mobile>::decode(d)?))
+    }
+}
+
 impl<S> fmt::Debug for Server<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "Server({})", self.pid)

@@ -30,6 +30,6 @@ pub use graft::{
     demonitor, demonitor_flush, exit, exit_self, expect, expect_timeout, is_alive, link, make_ref,
     monitor, receive, register, self_pid, send, send_after, send_to, sleep, spawn, spawn_link,
     spawn_monitor, spawn_opts, terminate, this_node, trap_exits, unlink, unregister, whereis,
-    yield_now, Error, ExitReason, ExitSignal, Message, MonitorRef, Node, NodeConfig, Pid,
-    ProcessDied, Unknown,
+    yield_now, Error, ExitReason, ExitSignal, Local, Message, Mobile, MonitorRef, Node, NodeConfig,
+    NodeId, Pid, ProcessDied, Unknown,
 };

@@ -621,6 +621,10 @@ enum SupReply {
     Count(ChildCount),
 }
 
+// Supervisor requests carry start functions (closures): local-only.
+impl graft::Message for SupCall {}
+impl graft::Message for SupReply {}
+
 impl SupState {
     fn find(&self, id: &str) -> Option<usize> {
         self.children.iter().position(|c| c.spec.id == id)

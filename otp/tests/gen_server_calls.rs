@@ -12,7 +12,7 @@ struct Counter {
     report: Option<Pid>,
 }
 
-#[derive(Debug)]
+#[derive(Debug, graft::Mobile)]
 enum Req {
     Get,
     Add(i64),
@@ -24,14 +24,14 @@ enum Req {
     Twice,
 }
 
-#[derive(Debug)]
+#[derive(Debug, graft::Mobile)]
 enum Note {
     Add(i64),
     Flush,
 }
 
 /// What a test server tells the test process.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, graft::Mobile)]
 enum Said {
     Terminated(ExitReason),
     Info(String),

@@ -25,7 +25,9 @@ enum Do {
     ExitWith(ExitReason),
 }
 
-#[derive(Debug, Clone, PartialEq)]
+impl graft::Message for Do {}
+
+#[derive(Debug, Clone, PartialEq, graft::Mobile)]
 struct Terminated(ExitReason);
 
 impl GenServer for Faulty {

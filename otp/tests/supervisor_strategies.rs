@@ -16,6 +16,8 @@ enum Ev {
     Stopped(&'static str, ExitReason),
 }
 
+impl graft::Message for Ev {}
+
 /// A gen_server child that reports its start (from `init`, which runs
 /// inside the supervisor's start call, so reports come in start order) and
 /// its `terminate` (it traps exits, so a supervisor's Shutdown reaches it).
@@ -24,7 +26,7 @@ struct Probe {
     report: Pid,
 }
 
-#[derive(Debug)]
+#[derive(Debug, graft::Mobile)]
 enum Cmd {
     Crash,
     Exit(ExitReason),

@@ -20,12 +20,7 @@ use crate::sched::timer::{Action, TimerRef};
 use std::any::{Any, TypeId};
 use std::time::{Duration, Instant};
 
-/// What can be sent as a message: any `Send + 'static` value.
-///
-/// Local messages travel by pointer and are never copied.
-pub trait Message: Any + Send + 'static {}
-impl<T: Any + Send + 'static> Message for T {}
-
+pub use crate::message::Message;
 /// The running process, or a panic naming `call`.
 #[inline]
 pub(crate) fn current(call: &'static str) -> &'static Process {

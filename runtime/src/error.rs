@@ -33,6 +33,16 @@ pub enum Error {
     Resource(String),
     /// An I/O error at an OS or socket boundary.
     Io(std::io::Error),
+    /// A local-only value ([`Local`](crate::Local)) was sent to another node.
+    NotMobile(&'static str),
+    /// No connection to that node (never connected, or lost).
+    NoConnection(crate::NodeId),
+    /// The other node refused or failed the request (reason given).
+    Remote(String),
+    /// A value from another node did not decode.
+    Decode(crate::graph::DecodeError),
+    /// A reply did not come in time.
+    Timeout,
 }
 
 impl fmt::Display for Error {
@@ -50,6 +60,13 @@ impl fmt::Display for Error {
             Error::NodeDown => f.write_str("the node is shutting down"),
             Error::Resource(s) => write!(f, "out of resources: {s}"),
             Error::Io(e) => write!(f, "i/o error: {e}"),
+            Error::NotMobile(t) => {
+                write!(f, "{t} is local-only and cannot be sent to another node")
+            }
+            Error::NoConnection(n) => write!(f, "no connection to node {n}"),
+            Error::Remote(s) => write!(f, "the remote node refused: {s}"),
+            Error::Decode(e) => write!(f, "cannot decode a remote value: {e}"),
+            Error::Timeout => f.write_str("timed out"),
         }
     }
 }
@@ -58,6 +75,7 @@ impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             Error::Io(e) => Some(e),
+            Error::Decode(e) => Some(e),
             _ => None,
         }
     }

@@ -11,7 +11,7 @@ use std::fmt;
 /// assert!(!ExitReason::Other("boom".into()).is_normal());
 /// assert_eq!(ExitReason::Other("boom".into()).to_string(), "boom");
 /// ```
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, graft_derive::Mobile)]
 pub enum ExitReason {
     /// The body returned.
     Normal,
@@ -62,7 +62,7 @@ impl fmt::Display for ExitReason {
 /// assert_eq!(died.monitor, r);
 /// # }
 /// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, graft_derive::Mobile)]
 pub struct ProcessDied {
     /// The process that ended.
     pub pid: Pid,
@@ -82,7 +82,7 @@ pub struct ProcessDied {
 /// let sig: ExitSignal = expect();
 /// assert_eq!(sig.from, child);
 /// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, graft_derive::Mobile)]
 pub struct ExitSignal {
     /// Who sent the signal (the linked process that died, or the caller of
     /// `exit`).

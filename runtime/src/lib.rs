@@ -51,6 +51,9 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 
+// `#[derive(Mobile)]` names `::graft::...`; let it work inside this crate too.
+extern crate self as graft;
+
 mod api;
 mod context;
 mod coroutine;
@@ -58,6 +61,7 @@ mod error;
 mod exit;
 pub mod graph;
 mod loom;
+mod message;
 mod node;
 mod pid;
 mod process;
@@ -76,6 +80,7 @@ pub use error::Error;
 pub use exit::{ExitReason, ExitSignal, ProcessDied};
 pub use graft_derive::Mobile;
 pub use graph::Mobile;
+pub use message::Local;
 pub use node::{Node, NodeConfig};
 pub use pid::{MonitorRef, NodeId, Pid};
 pub use process::receive::{expect, expect_timeout, receive, Receive, Unknown};

@@ -18,6 +18,7 @@ pub(crate) mod state;
 use crate::coroutine::{Coro, ProcYielder};
 use crate::exit::{ExitReason, ExitSignal, ProcessDied};
 use crate::loom::{AtomicBool, Mutex, Ordering, UnsafeCell};
+use crate::message::Message;
 use crate::pid::{MonitorRef, Pid};
 use mailbox::Mailbox;
 use state::ProcState;
@@ -29,6 +30,16 @@ use std::collections::{HashMap, VecDeque};
 pub enum Mail {
     /// A local message, passed by pointer.
     Msg(Box<dyn Any + Send>),
+    /// A message from another node, decoded when a receive asks for its
+    /// type (by descriptor hash).
+    Encoded {
+        /// The descriptor hash of the encoded type.
+        desc: u64,
+        /// The graph encoding.
+        bytes: Vec<u8>,
+    },
+    /// A remote message that failed to decode: matches nothing.
+    Dropped,
     /// A monitor notification (filtered against the owner's live monitors).
     Down(ProcessDied),
     /// An exit signal; handled in order with messages when the owner drains.
@@ -46,6 +57,8 @@ impl std::fmt::Debug for Mail {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Mail::Msg(_) => f.write_str("Msg(..)"),
+            Mail::Encoded { desc, bytes } => write!(f, "Encoded({desc:#x}, {} bytes)", bytes.len()),
+            Mail::Dropped => f.write_str("Dropped"),
             Mail::Down(d) => write!(f, "Down({d:?})"),
             Mail::Signal { from, reason, link } => {
                 write!(f, "Signal({from:?}, {reason:?}, link={link})")
@@ -55,19 +68,49 @@ impl std::fmt::Debug for Mail {
 }
 
 impl Mail {
-    /// The type this mail is received as.
+    /// Is this mail an `A`? An encoded `A` from another node is decoded in
+    /// place on the first ask (a copy that fails to decode is logged and
+    /// dropped).
     #[inline]
-    pub(crate) fn is<A: Any>(&self) -> bool {
+    pub(crate) fn is<A: Message>(&mut self) -> bool {
         match self {
             Mail::Msg(b) => <dyn Any + Send>::is::<A>(&**b),
             Mail::Down(_) => TypeId::of::<A>() == TypeId::of::<ProcessDied>(),
-            Mail::Signal { .. } => false,
+            Mail::Encoded { .. } => self.decode_as::<A>(),
+            Mail::Signal { .. } | Mail::Dropped => false,
+        }
+    }
+
+    #[cold]
+    fn decode_as<A: Message>(&mut self) -> bool {
+        let Mail::Encoded { desc, bytes } = self else {
+            return false;
+        };
+        if A::remote_descriptor() != Some(*desc) {
+            return false;
+        }
+        match A::decode_remote(bytes) {
+            Ok(a) => {
+                *self = Mail::Msg(Box::new(a));
+                true
+            }
+            Err(e) => {
+                log::warn!(
+                    "graft: dropping a remote message that does not decode as {}: {e}",
+                    std::any::type_name::<A>()
+                );
+                *self = Mail::Dropped;
+                false
+            }
         }
     }
 
     /// Takes the value out as `A`; `Err(self)` if it is not one.
     #[inline]
-    pub(crate) fn take<A: Any>(self) -> Result<A, Mail> {
+    pub(crate) fn take<A: Message>(mut self) -> Result<A, Mail> {
+        if !self.is::<A>() {
+            return Err(self);
+        }
         match self {
             Mail::Msg(b) => b.downcast::<A>().map(|b| *b).map_err(Mail::Msg),
             Mail::Down(d) => {
@@ -77,17 +120,17 @@ impl Mail {
                     None => Err(Mail::Down(slot.expect("not taken"))),
                 }
             }
-            s @ Mail::Signal { .. } => Err(s),
+            other => Err(other),
         }
     }
 
-    /// A reference to the value as `A`, for guards.
+    /// A reference to the value as `A`, for guards (after `is::<A>()`).
     #[inline]
-    pub(crate) fn peek<A: Any>(&self) -> Option<&A> {
+    pub(crate) fn peek<A: Message>(&self) -> Option<&A> {
         match self {
             Mail::Msg(b) => b.downcast_ref::<A>(),
             Mail::Down(d) => (d as &dyn Any).downcast_ref::<A>(),
-            Mail::Signal { .. } => None,
+            _ => None,
         }
     }
 }
@@ -218,7 +261,7 @@ impl Process {
     #[inline]
     pub(crate) fn deliver(&self, mail: Mail) -> bool {
         let signal = matches!(mail, Mail::Signal { .. });
-        let flagged = !matches!(mail, Mail::Msg(_));
+        let flagged = matches!(mail, Mail::Signal { .. } | Mail::Down(_));
         if self.mailbox.push_flagged(mail, flagged).is_err() {
             return false;
         }
@@ -247,7 +290,7 @@ impl Process {
         let fresh: Vec<Mail> = local.saved.drain(start..).collect();
         for mail in fresh {
             match mail {
-                Mail::Msg(_) => local.saved.push_back(mail),
+                Mail::Msg(_) | Mail::Encoded { .. } | Mail::Dropped => local.saved.push_back(mail),
                 Mail::Down(d) => {
                     // Deliver only if the monitor is still wanted; it fires once.
                     if let Some(i) = local.monitors.iter().position(|(r, _)| *r == d.monitor) {

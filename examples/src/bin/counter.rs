@@ -11,7 +11,7 @@ struct Counter {
 }
 
 /// Requests that want an answer.
-#[derive(Debug)]
+#[derive(Debug, Mobile)]
 enum Query {
     /// The current count.
     Get,

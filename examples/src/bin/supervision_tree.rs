@@ -21,7 +21,7 @@ struct Worker {
 }
 
 /// What the demo asks of a worker.
-#[derive(Debug)]
+#[derive(Debug, graft::Mobile)]
 enum Ask {
     Bump,
     Crash,

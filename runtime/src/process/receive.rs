@@ -39,7 +39,7 @@ impl Unknown {
     }
 
     /// `true` if the message is a `T`.
-    pub fn is<T: Message>(&self) -> bool {
+    pub fn is<T: Message>(&mut self) -> bool {
         self.0.is::<T>()
     }
 }
@@ -51,7 +51,7 @@ pub trait Clause<R> {
     const PURE: bool = true;
     /// Does this clause take `m`?
     #[doc(hidden)]
-    fn matches(&self, m: &Mail) -> bool;
+    fn matches(&self, m: &mut Mail) -> bool;
     /// Runs the clause on `m` (which it matched).
     #[doc(hidden)]
     fn run(self, m: Mail) -> R;
@@ -68,7 +68,7 @@ pub trait Clauses<R> {
     const PURE: bool;
     /// Index of the first clause that takes `m`.
     #[doc(hidden)]
-    fn find(&self, m: &Mail) -> Option<usize>;
+    fn find(&self, m: &mut Mail) -> Option<usize>;
     /// Runs clause `i` on `m`.
     #[doc(hidden)]
     fn run(self, i: usize, m: Mail) -> R;
@@ -77,7 +77,7 @@ pub trait Clauses<R> {
 impl<R> Clauses<R> for () {
     const LEN: usize = 0;
     const PURE: bool = true;
-    fn find(&self, _: &Mail) -> Option<usize> {
+    fn find(&self, _: &mut Mail) -> Option<usize> {
         None
     }
     fn run(self, _: usize, _: Mail) -> R {
@@ -89,10 +89,11 @@ impl<R, C: Clauses<R>, K: Clause<R>> Clauses<R> for (C, K) {
     const LEN: usize = C::LEN + 1;
     const PURE: bool = C::PURE && K::PURE;
     #[inline]
-    fn find(&self, m: &Mail) -> Option<usize> {
-        self.0
-            .find(m)
-            .or_else(|| self.1.matches(m).then_some(C::LEN))
+    fn find(&self, m: &mut Mail) -> Option<usize> {
+        match self.0.find(m) {
+            Some(i) => Some(i),
+            None => self.1.matches(m).then_some(C::LEN),
+        }
     }
     #[inline]
     fn run(self, i: usize, m: Mail) -> R {
@@ -110,7 +111,7 @@ pub struct On<A, F>(F, PhantomData<fn(A)>);
 
 impl<R, A: Message, F: FnOnce(A) -> R> Clause<R> for On<A, F> {
     #[inline]
-    fn matches(&self, m: &Mail) -> bool {
+    fn matches(&self, m: &mut Mail) -> bool {
         m.is::<A>()
     }
     #[inline]
@@ -129,8 +130,8 @@ pub struct When<A, G, F>(G, F, PhantomData<fn(A)>);
 impl<R, A: Message, G: Fn(&A) -> bool, F: FnOnce(A) -> R> Clause<R> for When<A, G, F> {
     const PURE: bool = false;
     #[inline]
-    fn matches(&self, m: &Mail) -> bool {
-        m.peek::<A>().is_some_and(|a| (self.0)(a))
+    fn matches(&self, m: &mut Mail) -> bool {
+        m.is::<A>() && m.peek::<A>().is_some_and(|a| (self.0)(a))
     }
     #[inline]
     fn run(self, m: Mail) -> R {
@@ -146,8 +147,8 @@ impl<R, A: Message, G: Fn(&A) -> bool, F: FnOnce(A) -> R> Clause<R> for When<A, 
 pub struct Any<F>(F);
 
 impl<R, F: FnOnce(Unknown) -> R> Clause<R> for Any<F> {
-    fn matches(&self, m: &Mail) -> bool {
-        !matches!(m, Mail::Signal { .. })
+    fn matches(&self, m: &mut Mail) -> bool {
+        !matches!(m, Mail::Signal { .. } | Mail::Dropped)
     }
     fn run(self, m: Mail) -> R {
         (self.0)(Unknown(m))
@@ -248,10 +249,10 @@ impl<R, C: Clauses<R>> Receive<R, C> {
 fn take_first(
     saved: &mut VecDeque<Mail>,
     from: usize,
-    find: impl Fn(&Mail) -> Option<usize>,
+    find: impl Fn(&mut Mail) -> Option<usize>,
 ) -> Option<(usize, Mail)> {
     let (pos, idx) = saved
-        .range(from..)
+        .range_mut(from..)
         .enumerate()
         .find_map(|(pos, m)| find(m).map(|i| (pos + from, i)))?;
     let m = if pos == 0 {
