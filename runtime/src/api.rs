@@ -9,11 +9,14 @@
 
 use crate::context;
 use crate::coroutine::{suspend, Suspend};
+use crate::dist::{Ctl, DistReply};
 use crate::error::Error;
 use crate::exit::{ExitReason, ProcessDied};
+use crate::graph::{self, Encoded, Mobile, MobileFnOnce};
 use crate::loom::Ordering;
 use crate::node::{NodeShared, SpawnSpec};
 use crate::pid::{MonitorRef, NodeId, Pid};
+use crate::process::receive::receive;
 use crate::process::state::Status;
 use crate::process::{ExitUnwind, Mail, Process};
 use crate::sched::timer::{Action, TimerRef};
@@ -286,6 +289,9 @@ pub fn send<M: Message>(to: Pid, msg: M) {
         log::warn!("graft: send to {to} outside a process: message dropped");
         return;
     };
+    if !w.node.is_local(to) {
+        return send_remote(&w.node, to, &msg);
+    }
     let mail = Mail::Msg(Box::new(msg));
     let Some(me) = context::process() else {
         return w.node.deliver(to, mail);
@@ -304,12 +310,23 @@ pub fn send<M: Message>(to: Pid, msg: M) {
     }
 }
 
+#[cold]
+fn send_remote<M: Message>(n: &NodeShared, to: Pid, msg: &M) {
+    match msg.encode_remote() {
+        Ok((desc, bytes)) => n.dist.deliver_encoded(to, desc, &bytes),
+        Err(e) => log::error!("graft: send to {to}: {e}"),
+    }
+}
+
 /// Sends to a pid, a registered name, or a name on another node.
 ///
 /// # Errors
 ///
-/// `Error::NotRegistered` for a name no process holds;
-/// `Error::NotInProcess` outside a process.
+/// `Error::NotRegistered` for a name no process holds on this node;
+/// `Error::NotInProcess` outside a process; `Error::NotMobile` for a
+/// local-only message to another node; `Error::NoConnection` when that
+/// node is not connected. (A name unknown on another node is not reported:
+/// like Erlang, the message is dropped there.)
 ///
 /// ```
 /// use graft::*;
@@ -326,6 +343,10 @@ pub fn send_to<M: Message>(to: impl Into<Dest>, msg: M) -> Result<(), Error> {
         return Err(Error::NotInProcess("send_to"));
     };
     match to.into() {
+        Dest::Pid(p) if !w.node.is_local(p) => {
+            let (desc, bytes) = msg.encode_remote()?;
+            w.node.dist.deliver_encoded(p, desc, &bytes);
+        }
         Dest::Pid(p) => w.node.deliver(p, Mail::Msg(Box::new(msg))),
         Dest::Name(n) => match w.node.registry.lookup(&n) {
             Some(p) => w.node.deliver(p, Mail::Msg(Box::new(msg))),
@@ -335,10 +356,11 @@ pub fn send_to<M: Message>(to: impl Into<Dest>, msg: M) -> Result<(), Error> {
             Some(p) => w.node.deliver(p, Mail::Msg(Box::new(msg))),
             None => return Err(Error::NotRegistered(n)),
         },
-        Dest::Remote(n, node) => {
-            return Err(Error::Resource(format!(
-                "no connection to {node} to send to {n:?}"
-            )))
+        Dest::Remote(name, node) => {
+            let (desc, bytes) = msg.encode_remote()?;
+            w.node
+                .dist
+                .send_ctl(node, &Ctl::SendNamed { name, desc, bytes })?;
         }
     }
     Ok(())
@@ -371,6 +393,21 @@ pub fn monitor(pid: Pid) -> MonitorRef {
     let r = n.make_ref();
     // SAFETY: `me` is the running process.
     unsafe { me.local() }.monitors.push((r, pid));
+    if !n.is_local(pid) {
+        if !n.dist.monitor(me.pid, pid, r) {
+            let reason = if n.dist.creation_of(pid.node()).is_some() {
+                ExitReason::NoProc // connected, but to a later incarnation
+            } else {
+                ExitReason::NoConnection
+            };
+            me.deliver(Mail::Down(ProcessDied {
+                pid,
+                reason,
+                monitor: r,
+            }));
+        }
+        return r;
+    }
     let added = n.is_local(pid)
         && pid.creation() == n.creation
         && n.table
@@ -406,7 +443,9 @@ pub fn demonitor(r: MonitorRef) {
     };
     let (_, target) = mons.swap_remove(i);
     let n = node();
-    if n.is_local(target) {
+    if !n.is_local(target) {
+        n.dist.demonitor(target, r);
+    } else {
         n.table.with(target.serial(), |t| {
             t.meta.lock().watchers.retain(|(wr, _)| *wr != r);
         });
@@ -441,6 +480,21 @@ pub fn link(pid: Pid) {
         m.links.push(pid);
     }
     let n = node();
+    if !n.is_local(pid) {
+        if !n.dist.link(me.pid, pid) {
+            let reason = if n.dist.creation_of(pid.node()).is_some() {
+                ExitReason::NoProc
+            } else {
+                ExitReason::NoConnection
+            };
+            me.deliver(Mail::Signal {
+                from: pid,
+                reason,
+                link: true,
+            });
+        }
+        return;
+    }
     let added = n.is_local(pid)
         && pid.creation() == n.creation
         && n.table
@@ -471,7 +525,9 @@ pub fn unlink(pid: Pid) {
     let me = current("unlink");
     me.meta.lock().links.retain(|p| *p != pid);
     let n = node();
-    if n.is_local(pid) {
+    if !n.is_local(pid) {
+        n.dist.unlink(me.pid, pid);
+    } else {
         n.table.with(pid.serial(), |t| {
             t.meta.lock().links.retain(|p| *p != me.pid);
         });
@@ -803,4 +859,184 @@ pub fn is_alive(pid: Pid) -> bool {
             && pid.creation() == w.node.creation
             && w.node.table.get(pid.serial()).is_some()
     })
+}
+
+/// Connects this node to the node listening at `addr` (and, through it, to
+/// every node that one knows: the mesh is full). The caller is parked while
+/// the connection and handshake run on the blocking pool.
+///
+/// # Errors
+///
+/// `Error::Remote` with the reason (refused, wrong cookie, timeout);
+/// `Error::NotInProcess` outside a process (use
+/// [`Node::connect`](crate::Node::connect)).
+pub fn connect(addr: std::net::SocketAddr) -> Result<NodeId, Error> {
+    let Some(w) = context::worker() else {
+        return Err(Error::NotInProcess("connect"));
+    };
+    let node = std::sync::Arc::clone(&w.node);
+    blocking(move || crate::node::connect_transport(&node, addr))
+}
+
+/// The nodes this node is connected to now.
+pub fn nodes() -> Vec<NodeId> {
+    context::worker().map_or_else(Vec::new, |w| w.node.dist.nodes())
+}
+
+/// The name of a connected node (or of this one).
+pub fn node_name(id: NodeId) -> Option<String> {
+    let w = context::worker()?;
+    if id == w.node.id {
+        return Some(w.node.name.clone());
+    }
+    w.node.dist.peer_info(id).map(|(name, _)| name)
+}
+
+/// How long a remote request (spawn, whereis) waits for its answer at most.
+const REMOTE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Sends a request to `node` and waits for its `DistReply`.
+fn remote_request(node: NodeId, make: impl FnOnce(u64, Pid) -> Ctl) -> Result<Option<Pid>, Error> {
+    let me = current("remote request");
+    let n = self::node();
+    let req = n.dist.next_req();
+    n.dist.request(node, me.pid, req, &make(req, me.pid))?;
+    receive()
+        .when(move |r: &DistReply| r.req == req, |r: DistReply| r.result)
+        .timeout(REMOTE_TIMEOUT)
+        .unwrap_or(Err(Error::Timeout))
+}
+
+fn spawn_remote<E: Mobile>(node: NodeId, env: E, body: fn(E), link: bool) -> Result<Pid, Error> {
+    let n = self::node();
+    if node == n.id {
+        let f = move || body(env);
+        return if link {
+            SpawnOpts::default().link().spawn(f)
+        } else {
+            n.spawn(SpawnSpec::default(), f)
+        };
+    }
+    let bytes = graph::encode(&MobileFnOnce::new(env, body));
+    let pid = remote_request(node, |req, me| Ctl::Spawn {
+        req,
+        reply_to: me,
+        body: bytes,
+        link,
+    })?
+    .ok_or_else(|| Error::Remote("spawn answered without a pid".into()))?;
+    if link {
+        // The remote side links to us; record our half (as `link` would).
+        let me = current("spawn_link_on");
+        me.meta.lock().links.push(pid);
+        if !n.dist.link(me.pid, pid) {
+            me.deliver(Mail::Signal {
+                from: pid,
+                reason: ExitReason::NoConnection,
+                link: true,
+            });
+        }
+    }
+    Ok(pid)
+}
+
+/// Spawns `body(env)` as a process on `node` (this node included). The
+/// body is an ordinary non-capturing function or closure; what it needs
+/// travels explicitly in `env` (the compiler checks the capture list:
+/// a closure that captures anything does not coerce to `fn(E)`).
+///
+/// # Errors
+///
+/// `Error::NoConnection` when `node` is not connected (or is lost before
+/// answering), `Error::Remote` when it refuses (another build of the
+/// program, a resource limit), `Error::Timeout`.
+///
+/// ```
+/// use graft::*;
+/// let a = Node::start(NodeConfig::new("127.0.0.1:0").cookie("doc")).unwrap();
+/// let b = Node::start(NodeConfig::new("127.0.0.1:0").cookie("doc")).unwrap();
+/// let b_addr = b.addr();
+/// let got = a.run(move || {
+///     let b = connect(b_addr).unwrap();
+///     let (me, greeting) = (self_pid(), String::from("hello from"));
+///     spawn_on(b, (me, greeting), |(to, g)| send(to, format!("{g} {}", this_node()))).unwrap();
+///     expect::<String>()
+/// }).unwrap();
+/// assert!(got.starts_with("hello from"));
+/// ```
+pub fn spawn_on<E: Mobile>(node: NodeId, env: E, body: fn(E)) -> Result<Pid, Error> {
+    spawn_remote(node, env, body, false)
+}
+
+/// [`spawn_on`], linked to the caller.
+///
+/// # Errors
+///
+/// As [`spawn_on`].
+pub fn spawn_link_on<E: Mobile>(node: NodeId, env: E, body: fn(E)) -> Result<Pid, Error> {
+    spawn_remote(node, env, body, true)
+}
+
+/// The answer of a [`call_on`] body, tagged with its request.
+#[derive(Debug, graft_derive::Mobile)]
+struct CallAnswer {
+    req: u64,
+    value: Encoded,
+}
+
+/// Runs `body(env)` on `node` and returns its value (the paper's `call`).
+///
+/// # Errors
+///
+/// As [`spawn_on`]; `Error::Exited(reason)` if the body panics or its node
+/// is lost; `Error::Decode` if the answer does not decode.
+///
+/// ```
+/// use graft::*;
+/// let a = Node::start(NodeConfig::new("127.0.0.1:0").cookie("doc")).unwrap();
+/// let b = Node::start(NodeConfig::new("127.0.0.1:0").cookie("doc")).unwrap();
+/// let b_addr = b.addr();
+/// let n = a.run(move || {
+///     let b = connect(b_addr).unwrap();
+///     call_on(b, 20u64, |k| (1..=k).sum::<u64>()).unwrap()
+/// }).unwrap();
+/// assert_eq!(n, 210);
+/// ```
+pub fn call_on<E: Mobile, R: Mobile>(node: NodeId, env: E, body: fn(E) -> R) -> Result<R, Error> {
+    let me = current("call_on");
+    let req = self::node().dist.next_req();
+    let f = MobileFnOnce::returning(env, body);
+    let pid = spawn_on(node, (me.pid, req, f), |(caller, req, f)| {
+        let value = f.call();
+        send(caller, CallAnswer { req, value });
+    })?;
+    let m = monitor(pid);
+    let r = receive()
+        .when(
+            move |a: &CallAnswer| a.req == req,
+            |a: CallAnswer| Ok(a.value),
+        )
+        .when(
+            move |d: &ProcessDied| d.monitor == m,
+            |d: ProcessDied| Err(d.reason),
+        )
+        .wait();
+    demonitor_flush(m);
+    match r {
+        Ok(v) => v.decode::<R>().map_err(Error::Decode),
+        Err(reason) => Err(Error::Exited(reason)),
+    }
+}
+
+/// The pid registered under `name` on `node` (this node included).
+///
+/// # Errors
+///
+/// `Error::NoConnection`, `Error::Timeout`.
+pub fn whereis_on(name: &str, node: NodeId) -> Result<Option<Pid>, Error> {
+    if node == self::node().id {
+        return Ok(whereis(name));
+    }
+    let name = name.to_string();
+    remote_request(node, |req, _| Ctl::Whereis { req, name })
 }

@@ -57,6 +57,7 @@ extern crate self as graft;
 mod api;
 mod context;
 mod coroutine;
+mod dist;
 mod error;
 mod exit;
 pub mod graph;
@@ -70,11 +71,12 @@ mod stack;
 mod table;
 
 pub use api::{
-    blocking, cancel_timer, demonitor, demonitor_flush, exit, exit_self, is_alive, link, local,
-    make_ref, monitor, process_count, process_info, processes, register, registered, self_pid,
-    send, send_after, send_to, sleep, spawn, spawn_link, spawn_monitor, spawn_opts, terminate,
-    this_node, trap_exits, try_self_pid, unlink, unregister, whereis, yield_now, Dest, Message,
-    ProcessInfo, SpawnOpts,
+    blocking, call_on, cancel_timer, connect, demonitor, demonitor_flush, exit, exit_self,
+    is_alive, link, local, make_ref, monitor, node_name, nodes, process_count, process_info,
+    processes, register, registered, self_pid, send, send_after, send_to, sleep, spawn, spawn_link,
+    spawn_link_on, spawn_monitor, spawn_on, spawn_opts, terminate, this_node, trap_exits,
+    try_self_pid, unlink, unregister, whereis, whereis_on, yield_now, Dest, Message, ProcessInfo,
+    SpawnOpts,
 };
 pub use error::Error;
 pub use exit::{ExitReason, ExitSignal, ProcessDied};

@@ -26,6 +26,7 @@
 
 use crate::context;
 use crate::coroutine::Coro;
+use crate::dist::{self, Dist, NetHandler};
 use crate::error::Error;
 use crate::exit::{ExitReason, ProcessDied};
 use crate::loom::{AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex, Ordering};
@@ -59,6 +60,7 @@ pub struct NodeConfig {
     pub(crate) stack_size: usize,
     pub(crate) shutdown_timeout: Duration,
     pub(crate) max_processes: usize,
+    pub(crate) heartbeat: Option<Duration>,
 }
 
 impl NodeConfig {
@@ -72,6 +74,7 @@ impl NodeConfig {
             stack_size: 64 * 1024,
             shutdown_timeout: Duration::from_secs(5),
             max_processes: 1 << 20,
+            heartbeat: None,
         }
     }
     /// The node's name (default `graft@<listen address>`).
@@ -108,6 +111,12 @@ impl NodeConfig {
         self.max_processes = n;
         self
     }
+    /// The heartbeat tick between nodes: a peer silent for three ticks is
+    /// declared lost (default 1 s).
+    pub fn heartbeat(mut self, tick: Duration) -> NodeConfig {
+        self.heartbeat = Some(tick);
+        self
+    }
     /// The configured number of workers.
     pub fn worker_count(&self) -> usize {
         self.workers
@@ -119,6 +128,14 @@ impl NodeConfig {
 pub(crate) enum NodeCommand {
     /// Stop the loop.
     Stop,
+    /// The connection to a node was lost: complete what waited on it.
+    PeerDown {
+        node: NodeId,
+        peer: graft_net::PeerId,
+        creation: u32,
+    },
+    /// Connect to a node (full mesh: a peer told us of it).
+    Connect(SocketAddr),
 }
 
 /// Everything one node's threads share.
@@ -136,6 +153,7 @@ pub(crate) struct NodeShared {
     pub(crate) timers: Timers,
     pub(crate) blocking: BlockingPool,
     pub(crate) commands: Sender<NodeCommand>,
+    pub(crate) dist: Dist,
     next_serial: AtomicU64,
     next_ref: AtomicU64,
     /// Processes spawned and not yet finished.
@@ -224,8 +242,7 @@ impl NodeShared {
     #[inline]
     pub(crate) fn deliver(&self, to: Pid, mail: Mail) {
         if !self.is_local(to) {
-            log::debug!("graft: dropping mail for {to}: remote delivery is not available");
-            return;
+            return self.dist.deliver(to, mail);
         }
         if to.creation() != self.creation {
             return; // a pid of an earlier incarnation of this node: dead
@@ -415,11 +432,11 @@ impl Node {
                 format!("listen address {:?}: {e}", config.listen),
             ))
         })?;
+        let creation = random_creation();
         let name = config
             .name
             .clone()
-            .unwrap_or_else(|| format!("graft@{addr}"));
-        let creation = random_creation();
+            .unwrap_or_else(|| format!("graft-{creation:08x}@{}", addr.ip()));
         let workers: Vec<crossbeam_deque::Worker<Arc<Process>>> = (0..config.workers)
             .map(|_| crossbeam_deque::Worker::new_lifo())
             .collect();
@@ -438,6 +455,7 @@ impl Node {
             timers: Timers::default(),
             blocking: BlockingPool::new("graft"),
             commands: tx,
+            dist: Dist::new(),
             next_serial: AtomicU64::new(1),
             next_ref: AtomicU64::new(1),
             live: AtomicUsize::new(0),
@@ -445,6 +463,20 @@ impl Node {
             live_cv: Condvar::new(),
             stopping: AtomicBool::new(false),
         });
+        let cookie = graft_net::resolve_cookie(config.cookie.as_deref())?;
+        let mut net = graft_net::NetConfig::new(name.clone(), addr)
+            .creation(creation)
+            .fingerprint(crate::graph::fingerprint())
+            .cookie(cookie);
+        if let Some(tick) = config.heartbeat {
+            net = net.heartbeat(tick);
+        }
+        let handler = Arc::new(NetHandler {
+            node: Arc::downgrade(&shared),
+        });
+        shared
+            .dist
+            .set_transport(graft_net::Transport::start(net, handler)?);
         let mut threads = Vec::new();
         for (index, local) in workers.into_iter().enumerate() {
             let node = shared.clone();
@@ -482,8 +514,9 @@ impl Node {
                 .spawn(move || node_loop(&s, rx))?,
         );
         log::info!(
-            "graft: node {name} ({}) started with {} workers",
+            "graft: node {name} ({}) listening on {} with {} workers",
             shared.id,
+            shared.dist.transport().map_or(addr, |t| t.local_addr()),
             config.workers
         );
         Ok(Node {
@@ -501,6 +534,32 @@ impl Node {
     /// This node's name.
     pub fn name(&self) -> &str {
         &self.shared.name
+    }
+
+    /// The address this node listens on (the port chosen for `:0`).
+    pub fn addr(&self) -> SocketAddr {
+        self.shared
+            .dist
+            .transport()
+            .map(|t| t.local_addr())
+            .expect("a started node has a transport")
+    }
+
+    /// Connects this node to the node listening at `addr` (and, through it,
+    /// to every node it knows). Blocks the calling thread; from inside a
+    /// process use [`connect`](crate::connect).
+    ///
+    /// # Errors
+    ///
+    /// `Error::Remote` with the transport's reason (refused, wrong cookie,
+    /// timeout).
+    pub fn connect(&self, addr: SocketAddr) -> Result<NodeId, Error> {
+        connect_transport(&self.shared, addr)
+    }
+
+    /// The nodes connected now.
+    pub fn nodes(&self) -> Vec<NodeId> {
+        self.shared.dist.nodes()
     }
 
     /// Runs `f` as a process (the root process of a program) and returns its
@@ -612,6 +671,7 @@ impl Node {
                 s.live()
             );
         }
+        s.dist.shutdown();
         s.sched.stop();
         s.timers.stop();
         s.stacks.stop();
@@ -640,13 +700,39 @@ impl Drop for Node {
 }
 
 /// The node loop: drains the command queue.
-#[allow(clippy::never_loop)] // distribution adds the arms that loop
-fn node_loop(_node: &Arc<NodeShared>, rx: Receiver<NodeCommand>) {
+fn node_loop(node: &Arc<NodeShared>, rx: Receiver<NodeCommand>) {
     while let Ok(cmd) = rx.recv() {
         match cmd {
             NodeCommand::Stop => return,
+            NodeCommand::PeerDown {
+                node: id,
+                peer,
+                creation,
+            } => dist::node_lost(node, id, peer, creation),
+            NodeCommand::Connect(addr) => {
+                let known = node
+                    .dist
+                    .nodes()
+                    .into_iter()
+                    .any(|n| node.dist.peer_info(n).is_some_and(|(_, a)| a == addr));
+                if !known && !node.stopping.load(Ordering::Relaxed) {
+                    if let Err(e) = connect_transport(node, addr) {
+                        log::warn!("graft: {} cannot join {addr}: {e}", node.name);
+                    }
+                }
+            }
         }
     }
+}
+
+/// Connects through the transport; the peer is registered by `peer_up`.
+pub(crate) fn connect_transport(node: &NodeShared, addr: SocketAddr) -> Result<NodeId, Error> {
+    let t = node.dist.transport().ok_or(Error::NodeDown)?;
+    if addr == t.local_addr() {
+        return Ok(node.id);
+    }
+    let info = t.connect(addr).map_err(|e| Error::Remote(e.to_string()))?;
+    Ok(NodeId::from_name(&info.name))
 }
 
 /// A random 32-bit creation, so pids of an earlier incarnation never match.

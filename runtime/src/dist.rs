@@ -1,0 +1,724 @@
+//! Distribution: processes on other nodes, over graft-net.
+//!
+//! Nodes form a full mesh of authenticated TCP connections (graft-net). A
+//! pid names its node; sending to a remote pid encodes the message (see
+//! `message.rs`) and queues one frame on that peer's connection. Frames from
+//! one peer are handled in order on that peer's reader thread (the remote
+//! fast path: one hop from socket to mailbox), so messages and signals
+//! between two processes keep their order across nodes. Connection state
+//! changes (a peer lost, peers to connect to) go through the node loop.
+//!
+//! # Wire
+//!
+//! | kind | payload                                                     |
+//! |------|-------------------------------------------------------------|
+//! | 16   | deliver: to-pid (node u64, creation u32, serial u64), descriptor hash u64, graph bytes |
+//! | 17   | control: a graph-encoded [`Ctl`]                             |
+//!
+//! # Node loss
+//!
+//! Every monitor a local process holds on a remote one, every link between
+//! a local and a remote process and every request waiting for a remote
+//! answer is recorded per node. When the connection to a node is lost
+//! (socket closed, heartbeats missed), each of them completes at once:
+//! monitors fire `ProcessDied { reason: NoConnection }`, links deliver an
+//! exit signal with `NoConnection`, requests fail with
+//! [`Error::NoConnection`].
+
+use crate::error::Error;
+use crate::exit::{ExitReason, ProcessDied};
+use crate::graph::{self, MobileFnOnce};
+use crate::loom::{AtomicU64, Mutex, Ordering, RwLock};
+use crate::node::{NodeCommand, NodeShared, SpawnSpec};
+use crate::pid::{MonitorRef, NodeId, Pid};
+use crate::process::Mail;
+use ahash::AHashMap;
+use graft_net::{Handler, NetError, PeerId, PeerInfo, PeerSender, Transport, FIRST_USER_KIND};
+use std::net::SocketAddr;
+use std::sync::{OnceLock, Weak};
+
+/// Frame kind: a message for a process.
+const KIND_DELIVER: u8 = FIRST_USER_KIND;
+/// Frame kind: a control command.
+const KIND_CTL: u8 = FIRST_USER_KIND + 1;
+/// Bytes before the message in a deliver frame.
+const DELIVER_HEADER: usize = 8 + 4 + 8 + 8;
+
+/// Control commands between nodes.
+#[derive(Debug, graft_derive::Mobile)]
+pub(crate) enum Ctl {
+    SendNamed {
+        name: String,
+        desc: u64,
+        bytes: Vec<u8>,
+    },
+    Spawn {
+        req: u64,
+        reply_to: Pid,
+        body: Vec<u8>,
+        link: bool,
+    },
+    SpawnReply {
+        req: u64,
+        result: Result<Pid, String>,
+    },
+    Monitor {
+        watcher: Pid,
+        target: Pid,
+        r: MonitorRef,
+    },
+    Demonitor {
+        target: Pid,
+        r: MonitorRef,
+    },
+    Down {
+        watcher: Pid,
+        target: Pid,
+        r: MonitorRef,
+        reason: ExitReason,
+    },
+    Link {
+        from: Pid,
+        to: Pid,
+    },
+    Unlink {
+        from: Pid,
+        to: Pid,
+    },
+    Exit {
+        from: Pid,
+        to: Pid,
+        reason: ExitReason,
+        link: bool,
+    },
+    Whereis {
+        req: u64,
+        name: String,
+    },
+    WhereisReply {
+        req: u64,
+        pid: Option<Pid>,
+    },
+    /// The listen addresses of the sender's other peers (full mesh).
+    Peers {
+        addrs: Vec<String>,
+    },
+}
+
+/// The answer to a request a process made of another node.
+#[derive(Debug)]
+pub(crate) struct DistReply {
+    pub(crate) req: u64,
+    pub(crate) result: Result<Option<Pid>, Error>,
+}
+impl crate::Message for DistReply {}
+
+/// A connected node.
+#[derive(Debug)]
+struct Peer {
+    info: PeerInfo,
+    sender: PeerSender,
+}
+
+/// What completes when a node is lost.
+#[derive(Debug, Default)]
+struct Watches {
+    /// (monitor, local watcher, remote target)
+    monitors: Vec<(MonitorRef, Pid, Pid)>,
+    /// (local process, remote process)
+    links: Vec<(Pid, Pid)>,
+    /// (request id, local waiter)
+    pending: Vec<(u64, Pid)>,
+}
+
+/// The distribution state of one node.
+#[derive(Debug)]
+pub(crate) struct Dist {
+    transport: OnceLock<Transport>,
+    peers: RwLock<AHashMap<NodeId, Peer>>,
+    watches: Mutex<AHashMap<NodeId, Watches>>,
+    next_req: AtomicU64,
+}
+
+impl Dist {
+    pub(crate) fn new() -> Dist {
+        Dist {
+            transport: OnceLock::new(),
+            peers: RwLock::new(AHashMap::new()),
+            watches: Mutex::new(AHashMap::new()),
+            next_req: AtomicU64::new(1),
+        }
+    }
+
+    pub(crate) fn set_transport(&self, t: Transport) {
+        let _ = self.transport.set(t);
+    }
+
+    pub(crate) fn transport(&self) -> Option<&Transport> {
+        self.transport.get()
+    }
+
+    pub(crate) fn next_req(&self) -> u64 {
+        self.next_req.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Connected nodes.
+    pub(crate) fn nodes(&self) -> Vec<NodeId> {
+        let mut v: Vec<NodeId> = self.peers.read().keys().copied().collect();
+        v.sort();
+        v
+    }
+
+    /// The name and listen address of a connected node.
+    pub(crate) fn peer_info(&self, node: NodeId) -> Option<(String, SocketAddr)> {
+        self.peers
+            .read()
+            .get(&node)
+            .map(|p| (p.info.name.clone(), p.info.listen_addr))
+    }
+
+    /// The creation of the connected incarnation of `node`.
+    pub(crate) fn creation_of(&self, node: NodeId) -> Option<u32> {
+        self.peers.read().get(&node).map(|p| p.info.creation)
+    }
+
+    /// Sends one frame to `node`.
+    fn send_frame(&self, node: NodeId, kind: u8, payload: &[u8]) -> Result<(), Error> {
+        let peers = self.peers.read();
+        let peer = peers.get(&node).ok_or(Error::NoConnection(node))?;
+        peer.sender
+            .send(kind, payload)
+            .map_err(|_| Error::NoConnection(node))
+    }
+
+    /// Sends a control command to `node`.
+    pub(crate) fn send_ctl(&self, node: NodeId, c: &Ctl) -> Result<(), Error> {
+        self.send_frame(node, KIND_CTL, &graph::encode(c))
+    }
+
+    /// Sends an encoded message to a remote pid (dropped if its node or its
+    /// incarnation is gone, as a send to a dead process is).
+    pub(crate) fn deliver_encoded(&self, to: Pid, desc: u64, bytes: &[u8]) {
+        let peers = self.peers.read();
+        let Some(peer) = peers.get(&to.node()) else {
+            log::debug!(
+                "graft: no connection to {}: message to {to} dropped",
+                to.node()
+            );
+            return;
+        };
+        if peer.info.creation != to.creation() {
+            return; // an earlier incarnation: that process is dead
+        }
+        let mut frame = Vec::with_capacity(DELIVER_HEADER + bytes.len());
+        frame.extend_from_slice(&to.node().0.to_le_bytes());
+        frame.extend_from_slice(&to.creation().to_le_bytes());
+        frame.extend_from_slice(&to.serial().to_le_bytes());
+        frame.extend_from_slice(&desc.to_le_bytes());
+        frame.extend_from_slice(bytes);
+        let _ = peer.sender.send(KIND_DELIVER, &frame);
+    }
+
+    /// Routes mail for a remote pid.
+    pub(crate) fn deliver(&self, to: Pid, mail: Mail) {
+        let r = match mail {
+            Mail::Encoded { desc, bytes } => {
+                self.deliver_encoded(to, desc, &bytes);
+                Ok(())
+            }
+            Mail::Down(d) => self.send_ctl(
+                to.node(),
+                &Ctl::Down {
+                    watcher: to,
+                    target: d.pid,
+                    r: d.monitor,
+                    reason: d.reason,
+                },
+            ),
+            Mail::Signal { from, reason, link } => {
+                if link {
+                    self.forget_link(from, to);
+                }
+                self.send_ctl(
+                    to.node(),
+                    &Ctl::Exit {
+                        from,
+                        to,
+                        reason,
+                        link,
+                    },
+                )
+            }
+            Mail::Msg(_) | Mail::Dropped => {
+                log::error!("graft: a local-only message cannot go to {to} on another node");
+                Ok(())
+            }
+        };
+        if let Err(e) = r {
+            log::debug!("graft: {e}: signal to {to} dropped");
+        }
+    }
+
+    fn watches(&self) -> crate::loom::MutexGuard<'_, AHashMap<NodeId, Watches>> {
+        self.watches.lock()
+    }
+
+    /// A local process monitors a remote one. `false`: no connection (the
+    /// caller delivers `NoConnection` itself).
+    pub(crate) fn monitor(&self, watcher: Pid, target: Pid, r: MonitorRef) -> bool {
+        let node = target.node();
+        self.watches()
+            .entry(node)
+            .or_default()
+            .monitors
+            .push((r, watcher, target));
+        let ok = self.creation_of(node) == Some(target.creation())
+            && self
+                .send_ctl(node, &Ctl::Monitor { watcher, target, r })
+                .is_ok();
+        if !ok {
+            self.forget_monitor(node, r);
+        }
+        ok
+    }
+
+    fn forget_monitor(&self, node: NodeId, r: MonitorRef) -> bool {
+        let mut w = self.watches();
+        let Some(ws) = w.get_mut(&node) else {
+            return false;
+        };
+        let before = ws.monitors.len();
+        ws.monitors.retain(|(mr, _, _)| *mr != r);
+        before != ws.monitors.len()
+    }
+
+    pub(crate) fn demonitor(&self, target: Pid, r: MonitorRef) {
+        if self.forget_monitor(target.node(), r) {
+            let _ = self.send_ctl(target.node(), &Ctl::Demonitor { target, r });
+        }
+    }
+
+    /// Links a local process to a remote one; `false`: no connection.
+    pub(crate) fn link(&self, local: Pid, remote: Pid) -> bool {
+        let node = remote.node();
+        self.watches()
+            .entry(node)
+            .or_default()
+            .links
+            .push((local, remote));
+        let ok = self.creation_of(node) == Some(remote.creation())
+            && self
+                .send_ctl(
+                    node,
+                    &Ctl::Link {
+                        from: local,
+                        to: remote,
+                    },
+                )
+                .is_ok();
+        if !ok {
+            self.forget_link(local, remote);
+        }
+        ok
+    }
+
+    fn forget_link(&self, local: Pid, remote: Pid) {
+        if let Some(ws) = self.watches().get_mut(&remote.node()) {
+            ws.links.retain(|l| *l != (local, remote));
+        }
+    }
+
+    pub(crate) fn unlink(&self, local: Pid, remote: Pid) {
+        self.forget_link(local, remote);
+        let _ = self.send_ctl(
+            remote.node(),
+            &Ctl::Unlink {
+                from: local,
+                to: remote,
+            },
+        );
+    }
+
+    /// Sends a request that a `DistReply { req }` will answer; on failure
+    /// nothing is recorded.
+    pub(crate) fn request(
+        &self,
+        node: NodeId,
+        waiter: Pid,
+        req: u64,
+        c: &Ctl,
+    ) -> Result<(), Error> {
+        self.watches()
+            .entry(node)
+            .or_default()
+            .pending
+            .push((req, waiter));
+        let r = self.send_ctl(node, c);
+        if r.is_err() {
+            self.complete(node, req);
+        }
+        r
+    }
+
+    /// Forgets a request; returns its waiter if it was still pending.
+    fn complete(&self, node: NodeId, req: u64) -> Option<Pid> {
+        let mut w = self.watches();
+        let ws = w.get_mut(&node)?;
+        let i = ws.pending.iter().position(|(r, _)| *r == req)?;
+        Some(ws.pending.swap_remove(i).1)
+    }
+
+    /// Stops the transport (joins its threads).
+    pub(crate) fn shutdown(&self) {
+        if let Some(t) = self.transport.get() {
+            t.shutdown();
+        }
+    }
+}
+
+/// graft-net's callbacks for one node.
+pub(crate) struct NetHandler {
+    pub(crate) node: Weak<NodeShared>,
+}
+
+impl std::fmt::Debug for NetHandler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("NetHandler")
+    }
+}
+
+impl Handler for NetHandler {
+    fn peer_up(&self, peer: &PeerInfo) {
+        let Some(n) = self.node.upgrade() else { return };
+        let Some(t) = n.dist.transport() else { return };
+        let Ok(sender) = t.sender(peer.id) else {
+            return;
+        };
+        let id = NodeId::from_name(&peer.name);
+        let others: Vec<String> = n
+            .dist
+            .peers
+            .read()
+            .values()
+            .map(|p| p.info.listen_addr.to_string())
+            .collect();
+        n.dist.peers.write().insert(
+            id,
+            Peer {
+                info: peer.clone(),
+                sender,
+            },
+        );
+        log::info!(
+            "graft: {} connected to {} ({id}) at {}",
+            n.name,
+            peer.name,
+            peer.listen_addr
+        );
+        if !others.is_empty() {
+            let _ = n.dist.send_ctl(id, &Ctl::Peers { addrs: others });
+        }
+    }
+
+    fn frame(&self, peer: &PeerInfo, kind: u8, payload: Vec<u8>) {
+        let Some(n) = self.node.upgrade() else { return };
+        let from = NodeId::from_name(&peer.name);
+        match kind {
+            KIND_DELIVER => on_deliver(&n, peer, payload),
+            KIND_CTL => match graph::decode::<Ctl>(&payload) {
+                Ok(c) => on_ctl(&n, peer, from, c),
+                Err(e) => {
+                    log::warn!(
+                        "graft: bad control frame from {}: {e}; disconnecting",
+                        peer.name
+                    );
+                    if let Some(t) = n.dist.transport() {
+                        t.disconnect(peer.id);
+                    }
+                }
+            },
+            k => {
+                log::warn!(
+                    "graft: unknown frame kind {k} from {}; disconnecting",
+                    peer.name
+                );
+                if let Some(t) = n.dist.transport() {
+                    t.disconnect(peer.id);
+                }
+            }
+        }
+    }
+
+    fn peer_down(&self, peer: &PeerInfo, reason: &NetError) {
+        let Some(n) = self.node.upgrade() else { return };
+        log::info!("graft: {} lost {}: {reason}", n.name, peer.name);
+        let _ = n.commands.send(NodeCommand::PeerDown {
+            node: NodeId::from_name(&peer.name),
+            peer: peer.id,
+            creation: peer.creation,
+        });
+    }
+}
+
+fn on_deliver(n: &NodeShared, peer: &PeerInfo, p: Vec<u8>) {
+    if p.len() < DELIVER_HEADER {
+        log::warn!("graft: short deliver frame from {}", peer.name);
+        return;
+    }
+    let u64_at = |i: usize| u64::from_le_bytes(p[i..i + 8].try_into().expect("8 bytes"));
+    let node = NodeId(u64_at(0));
+    let creation = u32::from_le_bytes(p[8..12].try_into().expect("4 bytes"));
+    let serial = u64_at(12);
+    let desc = u64_at(20);
+    let to = Pid::new(node, creation, serial);
+    if !n.is_local(to) {
+        log::warn!(
+            "graft: {} sent a message for {to}, not on this node",
+            peer.name
+        );
+        return;
+    }
+    let bytes = p[DELIVER_HEADER..].to_vec();
+    n.deliver(to, Mail::Encoded { desc, bytes });
+}
+
+fn on_ctl(n: &std::sync::Arc<NodeShared>, peer: &PeerInfo, from: NodeId, c: Ctl) {
+    match c {
+        Ctl::SendNamed { name, desc, bytes } => match n.registry.lookup(&name) {
+            Some(pid) => n.deliver(pid, Mail::Encoded { desc, bytes }),
+            None => log::debug!("graft: {} sent to unregistered name {name:?}", peer.name),
+        },
+        Ctl::Spawn {
+            req,
+            reply_to,
+            body,
+            link,
+        } => {
+            let result = remote_spawn(n, peer, &body, link.then_some(reply_to));
+            let result = result.map_err(|e| e.to_string());
+            let _ = n.dist.send_ctl(from, &Ctl::SpawnReply { req, result });
+        }
+        Ctl::SpawnReply { req, result } => {
+            if let Some(w) = n.dist.complete(from, req) {
+                let result = result.map(Some).map_err(Error::Remote);
+                n.deliver(w, Mail::Msg(Box::new(DistReply { req, result })));
+            }
+        }
+        Ctl::Whereis { req, name } => {
+            let pid = n.registry.lookup(&name);
+            let _ = n.dist.send_ctl(from, &Ctl::WhereisReply { req, pid });
+        }
+        Ctl::WhereisReply { req, pid } => {
+            if let Some(w) = n.dist.complete(from, req) {
+                n.deliver(
+                    w,
+                    Mail::Msg(Box::new(DistReply {
+                        req,
+                        result: Ok(pid),
+                    })),
+                );
+            }
+        }
+        Ctl::Monitor { watcher, target, r } => {
+            let added = n.local_process(target).is_some_and(|t| {
+                let mut m = t.meta.lock();
+                if m.exited {
+                    false
+                } else {
+                    m.watchers.push((r, watcher));
+                    true
+                }
+            });
+            if !added {
+                let _ = n.dist.send_ctl(
+                    from,
+                    &Ctl::Down {
+                        watcher,
+                        target,
+                        r,
+                        reason: ExitReason::NoProc,
+                    },
+                );
+            }
+        }
+        Ctl::Demonitor { target, r } => {
+            if let Some(t) = n.local_process(target) {
+                t.meta.lock().watchers.retain(|(wr, _)| *wr != r);
+            }
+        }
+        Ctl::Down {
+            watcher,
+            target,
+            r,
+            reason,
+        } => {
+            if n.dist.forget_monitor(from, r) {
+                n.deliver(
+                    watcher,
+                    Mail::Down(ProcessDied {
+                        pid: target,
+                        reason,
+                        monitor: r,
+                    }),
+                );
+            }
+        }
+        Ctl::Link { from: remote, to } => {
+            let added = n.local_process(to).is_some_and(|t| {
+                let mut m = t.meta.lock();
+                if m.exited {
+                    false
+                } else {
+                    if !m.links.contains(&remote) {
+                        m.links.push(remote);
+                    }
+                    true
+                }
+            });
+            if added {
+                n.dist
+                    .watches()
+                    .entry(from)
+                    .or_default()
+                    .links
+                    .push((to, remote));
+            } else {
+                let _ = n.dist.send_ctl(
+                    from,
+                    &Ctl::Exit {
+                        from: to,
+                        to: remote,
+                        reason: ExitReason::NoProc,
+                        link: true,
+                    },
+                );
+            }
+        }
+        Ctl::Unlink { from: remote, to } => {
+            n.dist.forget_link(to, remote);
+            if let Some(t) = n.local_process(to) {
+                t.meta.lock().links.retain(|p| *p != remote);
+            }
+        }
+        Ctl::Exit {
+            from: remote,
+            to,
+            reason,
+            link,
+        } => {
+            if link {
+                n.dist.forget_link(to, remote);
+            }
+            n.deliver(
+                to,
+                Mail::Signal {
+                    from: remote,
+                    reason,
+                    link,
+                },
+            );
+        }
+        Ctl::Peers { addrs } => {
+            for a in addrs {
+                if let Ok(addr) = a.parse::<SocketAddr>() {
+                    let _ = n.commands.send(NodeCommand::Connect(addr));
+                }
+            }
+        }
+    }
+}
+
+/// Runs a spawn request from another node.
+fn remote_spawn(
+    n: &NodeShared,
+    peer: &PeerInfo,
+    body: &[u8],
+    link: Option<Pid>,
+) -> Result<Pid, Error> {
+    let ours = graph::fingerprint();
+    if peer.fingerprint != ours {
+        return Err(Error::Remote(format!(
+            "code from another build: {} runs build {:016x}, this node {:016x}",
+            peer.name, peer.fingerprint, ours
+        )));
+    }
+    let f: MobileFnOnce<()> = graph::decode(body).map_err(Error::Decode)?;
+    let spec = SpawnSpec {
+        link,
+        ..SpawnSpec::default()
+    };
+    let pid = n.spawn(spec, move || f.call())?;
+    if let Some(remote) = link {
+        n.dist
+            .watches()
+            .entry(remote.node())
+            .or_default()
+            .links
+            .push((pid, remote));
+    }
+    Ok(pid)
+}
+
+/// Completes everything that waited on a lost node (run by the node loop).
+pub(crate) fn node_lost(n: &NodeShared, node: NodeId, peer: PeerId, creation: u32) {
+    {
+        let mut peers = n.dist.peers.write();
+        if peers.get(&node).is_some_and(|p| p.info.id == peer) {
+            peers.remove(&node);
+        }
+    }
+    let ws = {
+        let mut w = n.dist.watches();
+        let Some(ws) = w.get_mut(&node) else { return };
+        // Only what concerned the lost incarnation (a restarted node may
+        // already be connected again under the same name).
+        let mut lost = Watches::default();
+        ws.monitors.retain(|m| {
+            let keep = m.2.creation() != creation;
+            if !keep {
+                lost.monitors.push(*m);
+            }
+            keep
+        });
+        ws.links.retain(|l| {
+            let keep = l.1.creation() != creation;
+            if !keep {
+                lost.links.push(*l);
+            }
+            keep
+        });
+        if n.dist.creation_of(node).is_none() {
+            lost.pending = std::mem::take(&mut ws.pending);
+        }
+        lost
+    };
+    for (r, watcher, target) in ws.monitors {
+        n.deliver(
+            watcher,
+            Mail::Down(ProcessDied {
+                pid: target,
+                reason: ExitReason::NoConnection,
+                monitor: r,
+            }),
+        );
+    }
+    for (local, remote) in ws.links {
+        n.deliver(
+            local,
+            Mail::Signal {
+                from: remote,
+                reason: ExitReason::NoConnection,
+                link: true,
+            },
+        );
+    }
+    for (req, waiter) in ws.pending {
+        n.deliver(
+            waiter,
+            Mail::Msg(Box::new(DistReply {
+                req,
+                result: Err(Error::NoConnection(node)),
+            })),
+        );
+    }
+}

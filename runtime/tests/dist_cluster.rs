@@ -1,0 +1,321 @@
+//! Distribution: nodes in one OS process talking over real TCP on 127.0.0.1.
+
+use graft::graph::MobileFn;
+use graft::*;
+use std::time::{Duration, Instant};
+
+fn node(cookie: &str) -> Node {
+    let _ = env_logger::builder().is_test(true).try_init();
+    Node::start(
+        NodeConfig::new("127.0.0.1:0")
+            .workers(2)
+            .cookie(cookie)
+            .heartbeat(Duration::from_millis(200)),
+    )
+    .expect("node starts")
+}
+
+/// Two connected nodes; returns them and b's id.
+fn pair() -> (Node, Node, NodeId) {
+    let a = node("dist-test");
+    let b = node("dist-test");
+    let id = a.connect(b.addr()).expect("connect");
+    assert_eq!(id, b.id());
+    (a, b, id)
+}
+
+/// Waits (bounded: a hang guard) until `f` holds.
+fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    let t = Instant::now();
+    while !f() {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[derive(Mobile, Debug, Clone)]
+enum Apply {
+    Run(MobileFn<i64, i64>, i64, Pid),
+    Result(i64),
+}
+
+#[test]
+fn remote_spawn_captures_its_environment() {
+    let (a, _b, b_id) = pair();
+    let got = a
+        .run(move || {
+            let me = self_pid();
+            let (base, label) = (40i64, String::from("answer"));
+            let pid = spawn_on(b_id, (me, base, label), |(to, base, label)| {
+                send(to, (label, base + 2, this_node()));
+            })
+            .unwrap();
+            assert_eq!(pid.node(), b_id);
+            expect::<(String, i64, NodeId)>()
+        })
+        .unwrap();
+    assert_eq!(got, ("answer".to_string(), 42, b_id));
+}
+
+#[test]
+fn a_message_carries_a_function() {
+    let (a, _b, b_id) = pair();
+    let r = a
+        .run(move || {
+            // The paper's Apply worker, on the other node.
+            let worker = spawn_on(b_id, (), |()| loop {
+                match expect::<Apply>() {
+                    Apply::Run(f, x, reply) => send(reply, Apply::Result(f.call(x))),
+                    Apply::Result(_) => return,
+                }
+            })
+            .unwrap();
+            let offset = 100i64;
+            let f = MobileFn::new(offset, |off: &i64, x: i64| x * 2 + off);
+            send(worker, Apply::Run(f, 21, self_pid()));
+            expect::<Apply>()
+        })
+        .unwrap();
+    assert!(matches!(r, Apply::Result(142)), "{r:?}");
+}
+
+#[test]
+fn call_on_returns_the_value_and_reports_a_crash() {
+    let (a, _b, b_id) = pair();
+    a.run(move || {
+        let count = call_on(b_id, 1_000_000u64, |n| {
+            (1..=n).filter(|x| x % 7 == 0 && x % 11 == 0).count() as u64
+        })
+        .unwrap();
+        assert_eq!(count, 12987);
+        let r: Result<u64, Error> = call_on(b_id, (), |()| panic!("remote failure"));
+        assert!(
+            matches!(r, Err(Error::Exited(ExitReason::Other(ref m))) if m == "remote failure"),
+            "{r:?}"
+        );
+    })
+    .unwrap();
+}
+
+#[test]
+fn remote_monitor_link_and_exit() {
+    let (a, _b, b_id) = pair();
+    a.run(move || {
+        // Monitor: the remote process's exit reason comes back.
+        let p = spawn_on(b_id, (), |()| {
+            expect::<u8>();
+            panic!("remote boom");
+        })
+        .unwrap();
+        let m = monitor(p);
+        send(p, 1u8);
+        let d: ProcessDied = expect();
+        assert_eq!((d.pid, d.monitor), (p, m));
+        assert_eq!(d.reason, ExitReason::Other("remote boom".into()));
+        // Monitoring a remote process that is gone: NoProc at once.
+        let m2 = monitor(p);
+        let d: ProcessDied = expect();
+        assert_eq!((d.monitor, d.reason), (m2, ExitReason::NoProc));
+
+        // Link, trapping: the remote crash arrives as an exit signal.
+        trap_exits(true);
+        let q = spawn_link_on(b_id, (), |()| {
+            expect::<u8>();
+            panic!("linked boom");
+        })
+        .unwrap();
+        send(q, 1u8);
+        let sig: ExitSignal = expect();
+        assert_eq!(
+            sig,
+            ExitSignal {
+                from: q,
+                reason: ExitReason::Other("linked boom".into())
+            }
+        );
+
+        // Exit: kill a remote process parked in receive.
+        let r = spawn_on(b_id, (), |()| {
+            expect::<u8>();
+        })
+        .unwrap();
+        let m3 = monitor(r);
+        exit(r, ExitReason::Kill);
+        let d: ProcessDied = expect();
+        assert_eq!((d.monitor, d.reason), (m3, ExitReason::Killed));
+
+        // Our own exit reaches a remote process linked to us.
+        let watcher = self_pid();
+        let linked = spawn_on(b_id, watcher, |w| {
+            trap_exits(true);
+            let me = self_pid();
+            send(w, me);
+            let sig: ExitSignal = expect();
+            send(w, sig.reason);
+        })
+        .unwrap();
+        assert_eq!(expect::<Pid>(), linked);
+        let child = spawn(move || {
+            link(linked);
+            send(watcher, "linked");
+            expect::<u8>();
+            panic!("local boom");
+        });
+        assert_eq!(expect::<&str>(), "linked");
+        send(child, 0u8);
+        // Our own link to `child` delivers a signal too; we trap it.
+        let got = receive()
+            .on(|r: ExitReason| Some(r))
+            .on(|_: ExitSignal| None)
+            .wait();
+        let got = match got {
+            Some(r) => r,
+            None => expect::<ExitReason>(),
+        };
+        assert_eq!(got, ExitReason::Other("local boom".into()));
+    })
+    .unwrap();
+}
+
+#[test]
+fn registered_names_across_nodes() {
+    let (a, b, b_id) = pair();
+    b.run(|| {
+        let echo = spawn(|| loop {
+            let (from, s): (Pid, String) = expect();
+            send(from, s.to_uppercase());
+        });
+        register("echo", echo).unwrap();
+    })
+    .unwrap();
+    let out = a
+        .run(move || {
+            send_to(("echo", b_id), (self_pid(), String::from("hi"))).unwrap();
+            let r = expect::<String>();
+            let found = whereis_on("echo", b_id).unwrap();
+            assert!(found.is_some());
+            assert_eq!(whereis_on("nobody", b_id).unwrap(), None);
+            // A local-only message cannot go to another node.
+            assert!(matches!(
+                send_to(("echo", b_id), "str literal"),
+                Err(Error::NotMobile(_))
+            ));
+            r
+        })
+        .unwrap();
+    assert_eq!(out, "HI");
+}
+
+#[test]
+fn three_nodes_form_a_full_mesh() {
+    let a = node("mesh");
+    let b = node("mesh");
+    let c = node("mesh");
+    a.connect(b.addr()).unwrap();
+    c.connect(b.addr()).unwrap();
+    // a and c learn of each other through b.
+    eventually("a full mesh", || {
+        a.nodes().len() == 2 && c.nodes().len() == 2
+    });
+    let c_id = c.id();
+    let v = a.run(move || call_on(c_id, 5u32, |x| x * x)).unwrap();
+    assert_eq!(v.unwrap(), 25);
+}
+
+#[test]
+fn node_loss_fires_monitors_links_and_pending_calls() {
+    let (a, b, b_id) = pair();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<()>();
+    let waiter = std::thread::spawn(move || {
+        let r = a.run(move || {
+            let p = spawn_on(b_id, (), |()| {
+                expect::<u8>();
+            })
+            .unwrap();
+            let m = monitor(p);
+            trap_exits(true);
+            let q = spawn_link_on(b_id, (), |()| {
+                expect::<u8>();
+            })
+            .unwrap();
+            let me = self_pid();
+            // A call that never answers, waiting when the node goes.
+            spawn(move || {
+                let r = call_on(b_id, (), |()| {
+                    expect::<u8>();
+                    0u8
+                });
+                send(me, format!("{r:?}"));
+            });
+            sleep(Duration::from_millis(50));
+            ready_tx.send(()).unwrap();
+            let d: ProcessDied = receive()
+                .when(move |d: &ProcessDied| d.monitor == m, |d| d)
+                .wait();
+            let s: ExitSignal = receive()
+                .when(move |s: &ExitSignal| s.from == q, |s| s)
+                .wait();
+            let call = expect::<String>();
+            (d.reason, s.reason, call)
+        });
+        (a, r)
+    });
+    ready_rx.recv().unwrap();
+    b.shutdown();
+    let (_a, r) = waiter.join().unwrap();
+    let (down, exit, call) = r.unwrap();
+    // The node stopped: its processes were killed, or the connection went
+    // first; either way the watchers hear of it.
+    assert!(
+        matches!(down, ExitReason::NoConnection | ExitReason::Killed),
+        "{down:?}"
+    );
+    assert!(
+        matches!(exit, ExitReason::NoConnection | ExitReason::Killed),
+        "{exit:?}"
+    );
+    assert!(call.starts_with("Err("), "{call}");
+}
+
+#[test]
+fn a_wrong_cookie_is_refused() {
+    let a = node("one cookie");
+    let b = node("another cookie");
+    let r = a.connect(b.addr());
+    assert!(r.is_err(), "{r:?}");
+    assert!(a.nodes().is_empty() && b.nodes().is_empty());
+}
+
+#[test]
+fn four_senders_fifo_to_a_remote_receiver() {
+    const N: u64 = 100_000;
+    let (a, _b, b_id) = pair();
+    let r = a
+        .run(move || {
+            let me = self_pid();
+            // The receiver on b reports back when it has all messages in order.
+            let receiver = spawn_on(b_id, me, |report| {
+                let mut next = [0u64; 4];
+                for _ in 0..4 * N {
+                    let (s, i): (u64, u64) = expect();
+                    assert_eq!(next[s as usize], i, "sender {s} out of order");
+                    next[s as usize] += 1;
+                }
+                send(report, next.to_vec());
+            })
+            .unwrap();
+            for s in 0..4u64 {
+                spawn(move || {
+                    for i in 0..N {
+                        send(receiver, (s, i));
+                    }
+                });
+            }
+            expect_timeout::<Vec<u64>>(Duration::from_secs(60)).expect("all arrived")
+        })
+        .unwrap();
+    assert_eq!(r, vec![N; 4]);
+}
