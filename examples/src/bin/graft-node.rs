@@ -1,0 +1,56 @@
+//! A plain graft node: starts on an address, joins a seed node, and serves
+//! until killed. It registers `keeper`, a process that answers pings
+//! (`(Pid, String)` → the same string back), so that other nodes have
+//! something to monitor, link to, and talk to.
+//!
+//! ```text
+//! graft-node --name worker1@127.0.0.1 --listen 127.0.0.1:0 --join 127.0.0.1:4000 --cookie secret
+//! ```
+//!
+//! Prints `listening on ADDR` and `node NAME` (one line each) once ready.
+
+use graft::*;
+use graft_examples::NodeArgs;
+use std::io::Write;
+
+fn main() {
+    env_logger::init();
+    let args = match NodeArgs::parse(std::env::args().skip(1)) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("graft-node: {e}");
+            std::process::exit(2);
+        }
+    };
+    let node = match Node::start(args.config()) {
+        Ok(n) => n,
+        Err(e) => {
+            eprintln!("graft-node: cannot start: {e}");
+            std::process::exit(1);
+        }
+    };
+    if let Some(seed) = args.join {
+        if let Err(e) = node.connect(seed) {
+            eprintln!("graft-node: cannot join {seed}: {e}");
+            std::process::exit(1);
+        }
+    }
+    let started = node.run(|| {
+        let keeper = spawn(|| loop {
+            let (from, s): (Pid, String) = expect();
+            send(from, s);
+        });
+        register("keeper", keeper)
+    });
+    if let Err(e) = started.and_then(|r| r) {
+        eprintln!("graft-node: {e}");
+        std::process::exit(1);
+    }
+    println!("listening on {}", node.addr());
+    println!("node {}", node.name());
+    let _ = std::io::stdout().flush();
+    // Serve until killed.
+    loop {
+        std::thread::park();
+    }
+}
