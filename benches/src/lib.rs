@@ -20,3 +20,50 @@ pub fn rss_bytes() -> i64 {
         .and_then(|kb| kb.parse::<i64>().ok())
         .map_or(0, |kb| kb * 1024)
 }
+
+/// For the distributed benches: this program started again as a second OS
+/// process, running a plain node (the peer), connected to a node here.
+///
+/// Call it first thing in `main`. In the peer process it serves until its
+/// standard input closes (the parent exited) and never returns; in the
+/// parent it starts the peer, connects, runs `f(local node, peer id)` and
+/// stops the peer. Both run the same executable, so functions may be
+/// spawned across.
+pub fn with_peer<R>(f: impl FnOnce(&graft::Node, graft::NodeId) -> R) -> R {
+    use std::io::{BufRead, BufReader, Read};
+    const PEER_ENV: &str = "GRAFT_BENCH_PEER";
+    let config = || graft::NodeConfig::new("127.0.0.1:0").cookie("graftbench");
+    if std::env::var_os(PEER_ENV).is_some() {
+        let node = graft::Node::start(config()).expect("peer node");
+        println!("listening on {}", node.addr());
+        // Serve until the parent goes away.
+        let mut sink = Vec::new();
+        let _ = std::io::stdin().read_to_end(&mut sink);
+        node.shutdown();
+        std::process::exit(0);
+    }
+    let exe = std::env::current_exe().expect("current exe");
+    let mut child = std::process::Command::new(exe)
+        .env(PEER_ENV, "1")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("start the peer process");
+    let out = child.stdout.take().expect("peer stdout");
+    let line = BufReader::new(out)
+        .lines()
+        .next()
+        .expect("peer says where it listens")
+        .expect("readable");
+    let addr: std::net::SocketAddr = line
+        .strip_prefix("listening on ")
+        .and_then(|a| a.parse().ok())
+        .expect("peer address");
+    let node = graft::Node::start(config()).expect("node");
+    let peer = node.connect(addr).expect("connect to the peer");
+    let r = f(&node, peer);
+    node.shutdown();
+    drop(child.stdin.take());
+    let _ = child.wait();
+    r
+}
