@@ -55,6 +55,7 @@
 extern crate self as graft;
 
 mod api;
+mod channel;
 mod context;
 mod coroutine;
 mod dist;
@@ -69,6 +70,7 @@ mod process;
 mod sched;
 mod stack;
 mod table;
+mod wakeup;
 
 pub use api::{
     blocking, call_on, cancel_timer, connect, demonitor, demonitor_flush, exit, exit_self,
@@ -77,6 +79,11 @@ pub use api::{
     spawn_link_on, spawn_monitor, spawn_on, spawn_opts, terminate, this_node, trap_exits,
     try_self_pid, unlink, unregister, whereis, whereis_on, yield_now, Dest, Message, ProcessInfo,
     SpawnOpts,
+};
+pub use channel::{
+    bounded, channel, merge_ports, select, select_timeout, IntoIter, Iter, MergedPorts,
+    ReceivePort, RecvError, RecvTimeoutError, SendError, SendPort, SendTimeoutError, TryIter,
+    TryRecvError, TrySendError,
 };
 pub use error::Error;
 pub use exit::{ExitReason, ExitSignal, ProcessDied};
@@ -89,6 +96,7 @@ pub use process::receive::{expect, expect_timeout, receive, Receive, Unknown};
 pub use process::state::Status;
 pub use sched::timer::TimerRef;
 pub use stack::{ensure_map_count, max_map_count};
+pub use wakeup::{park, park_until, Unparker};
 
 /// The receive clause types (named in signatures only).
 pub mod clause {
