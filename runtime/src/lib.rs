@@ -61,6 +61,7 @@ mod coroutine;
 mod dist;
 mod error;
 mod exit;
+mod future;
 pub mod graph;
 mod loom;
 mod message;
@@ -87,6 +88,7 @@ pub use channel::{
 };
 pub use error::Error;
 pub use exit::{ExitReason, ExitSignal, ProcessDied};
+pub use future::{promise, Future, Promise, PromiseDropped, WaitTimeoutError};
 pub use graft_derive::Mobile;
 pub use graph::Mobile;
 pub use message::Local;
