@@ -62,6 +62,7 @@ mod dist;
 mod error;
 mod exit;
 mod future;
+mod generator;
 pub mod graph;
 mod loom;
 mod message;
@@ -89,6 +90,7 @@ pub use channel::{
 pub use error::Error;
 pub use exit::{ExitReason, ExitSignal, ProcessDied};
 pub use future::{promise, Future, Promise, PromiseDropped, WaitTimeoutError};
+pub use generator::{Generator, GeneratorState, Yielder};
 pub use graft_derive::Mobile;
 pub use graph::Mobile;
 pub use message::Local;
