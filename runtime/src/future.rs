@@ -306,7 +306,7 @@ mod tests {
         );
         let t = {
             let f = f.clone();
-            std::thread::spawn(move || f.wait().map(|v| *v))
+            std::thread::spawn(move || f.wait().copied())
         };
         drop(p);
         assert_eq!(t.join().unwrap(), Err(PromiseDropped));

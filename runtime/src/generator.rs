@@ -33,7 +33,7 @@ const CACHE_LEN: usize = 16;
 /// The node-independent pool behind every thread's cache.
 fn pool() -> &'static Arc<StackPool> {
     static POOL: OnceLock<Arc<StackPool>> = OnceLock::new();
-    POOL.get_or_init(StackPool::new)
+    POOL.get_or_init(|| StackPool::new(0))
 }
 
 thread_local! {

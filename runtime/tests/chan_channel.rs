@@ -331,7 +331,9 @@ fn plain_threads_only() {
     let mut n = 0;
     for v in rx.iter() {
         let p = (v / 10_000) as usize;
-        assert!(last[p].map_or(true, |l| l < v));
+        if let Some(l) = last[p] {
+            assert!(l < v, "producer {p} out of order");
+        }
         last[p] = Some(v);
         n += 1;
     }

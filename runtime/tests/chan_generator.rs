@@ -150,13 +150,13 @@ rt_test! {
         let sum: u64 = Generator::new(move |y| walk(&tree, y)).sum();
         assert_eq!(sum, (1..=256).sum::<u64>());
         // Yield to the scheduler between values: the generator moves with us.
-        let mut g = Generator::new(|y| {
+        let g = Generator::new(|y| {
             for i in 0..50u32 {
                 y.yield_(i);
             }
         });
         let mut n = 0;
-        while let Some(i) = g.next() {
+        for i in g {
             assert_eq!(i, n);
             n += 1;
             yield_now();
