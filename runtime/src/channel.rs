@@ -34,15 +34,18 @@
 //!   finds the receiver gone takes its message back.
 
 mod error;
+mod mailbox;
 mod select;
 
 pub use error::{
     RecvError, RecvTimeoutError, SendError, SendTimeoutError, TryRecvError, TrySendError,
 };
+pub use mailbox::{PortClosed, PortId, PortMessage};
 pub use select::{merge_ports, select, select_timeout, MergedPorts};
 
 use crate::loom::{Mutex, MutexGuard};
 use crate::wakeup::{park, park_until, Unparker};
+use mailbox::Sink;
 use std::cell::Cell;
 use std::collections::VecDeque;
 use std::fmt;
@@ -74,6 +77,12 @@ pub(crate) struct State<T> {
     /// Blocked senders: (ticket, unparker); drained by every pop.
     send_waiters: Vec<(u64, Unparker)>,
     next_waiter: u64,
+    /// Set once by [`ReceivePort::into_mailbox`]: messages go to a process's
+    /// mailbox instead of `queue`.
+    sink: Option<Arc<Sink<T>>>,
+    /// Routed messages delivered and not yet consumed (they count against
+    /// the bound like queued ones).
+    in_mailbox: usize,
 }
 
 impl<T> Chan<T> {
@@ -89,6 +98,8 @@ impl<T> Chan<T> {
                 recv_waiter: None,
                 send_waiters: Vec::new(),
                 next_waiter: 0,
+                sink: None,
+                in_mailbox: 0,
             }),
         }
     }
@@ -184,7 +195,7 @@ impl<T> Chan<T> {
                 Self::unregister_sender(&mut st, id);
                 return Err(SendTimeoutError::Disconnected(v));
             }
-            if st.queue.len() < self.room() {
+            if st.queue.len() + st.in_mailbox < self.room() {
                 break;
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
@@ -195,6 +206,16 @@ impl<T> Chan<T> {
             drop(st);
             wait(deadline);
             st = self.lock();
+        }
+        if let Some(sink) = st.sink.clone() {
+            // Routed to a mailbox: delivered counts as sent (a routed
+            // rendezvous port behaves as `bounded(1)`).
+            Self::unregister_sender(&mut st, id);
+            st.in_mailbox += 1;
+            st.pushed += 1;
+            drop(st);
+            sink.deliver(v);
+            return Ok(());
         }
         let (ticket, rx) = Self::push_locked(&mut st, v);
         if self.cap != 0 {
@@ -212,7 +233,8 @@ impl<T> Chan<T> {
         }
         st = self.lock();
         loop {
-            if st.taken > ticket {
+            // Taken, or moved to a mailbox by `into_mailbox` (delivered).
+            if st.taken > ticket || st.sink.is_some() {
                 Self::unregister_sender(&mut st, id);
                 return Ok(());
             }
@@ -245,13 +267,22 @@ impl<T> Chan<T> {
         if !st.receiver {
             return Err(TrySendError::Disconnected(v));
         }
-        let ok = if self.cap == 0 {
+        let ok = if st.sink.is_some() {
+            st.in_mailbox < self.room()
+        } else if self.cap == 0 {
             st.queue.is_empty() && st.recv_waiter.is_some()
         } else {
             st.queue.len() < self.cap
         };
         if !ok {
             return Err(TrySendError::Full(v));
+        }
+        if let Some(sink) = st.sink.clone() {
+            st.in_mailbox += 1;
+            st.pushed += 1;
+            drop(st);
+            sink.deliver(v);
+            return Ok(());
         }
         let (_, rx) = Self::push_locked(&mut st, v);
         drop(st);
@@ -396,12 +427,14 @@ impl<T> SendPort<T> {
         !self.chan.lock().receiver
     }
 
-    /// Messages queued now.
+    /// Messages sent and not yet received (queued, or routed to a mailbox
+    /// and not yet consumed).
     pub fn len(&self) -> usize {
-        self.chan.lock().queue.len()
+        let st = self.chan.lock();
+        st.queue.len() + st.in_mailbox
     }
 
-    /// Whether no message is queued now.
+    /// Whether no message is waiting now.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -430,14 +463,17 @@ impl<T> Drop for SendPort<T> {
     fn drop(&mut self) {
         let mut st = self.chan.lock();
         st.senders -= 1;
-        let rx = if st.senders == 0 {
-            st.recv_waiter.take()
+        let (rx, sink) = if st.senders == 0 {
+            (st.recv_waiter.take(), st.sink.clone())
         } else {
-            None
+            (None, None)
         };
         drop(st);
         if let Some(u) = rx {
             u.unpark();
+        }
+        if let Some(sink) = sink {
+            sink.closed();
         }
     }
 }
@@ -515,6 +551,9 @@ impl<T> ReceivePort<T> {
 impl<T> Drop for ReceivePort<T> {
     fn drop(&mut self) {
         let mut st = self.chan.lock();
+        if st.sink.is_some() {
+            return; // routed to a mailbox: the port lives on there
+        }
         st.receiver = false;
         st.recv_waiter = None;
         // A rendezvous sender takes its message back itself; buffered

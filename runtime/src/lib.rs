@@ -83,9 +83,9 @@ pub use api::{
     SpawnOpts,
 };
 pub use channel::{
-    bounded, channel, merge_ports, select, select_timeout, IntoIter, Iter, MergedPorts,
-    ReceivePort, RecvError, RecvTimeoutError, SendError, SendPort, SendTimeoutError, TryIter,
-    TryRecvError, TrySendError,
+    bounded, channel, merge_ports, select, select_timeout, IntoIter, Iter, MergedPorts, PortClosed,
+    PortId, PortMessage, ReceivePort, RecvError, RecvTimeoutError, SendError, SendPort,
+    SendTimeoutError, TryIter, TryRecvError, TrySendError,
 };
 pub use error::Error;
 pub use exit::{ExitReason, ExitSignal, ProcessDied};

@@ -281,6 +281,56 @@ rt_test! {
         assert_eq!(got, [1, 2]);
     }
 
+    fn ports_in_receive_clauses_beside_mail() {
+        let (ta, ra) = channel::<u32>();
+        let (tb, rb) = channel::<u32>();
+        let a = ra.into_mailbox();
+        let b = rb.into_mailbox();
+        assert_ne!(a, b);
+        let me = self_pid();
+        ta.send(1).unwrap();
+        send(me, "mail");
+        tb.send(2).unwrap();
+        ta.send(3).unwrap();
+        // Selective receive: port b first, then whatever is oldest.
+        let from_b = receive().when(move |m: &PortMessage<u32>| m.port() == b, |m| m.into_inner()).wait();
+        assert_eq!(from_b, 2);
+        #[derive(Debug, PartialEq)]
+        enum Got { A(u32), Mail(&'static str) }
+        let mut got = Vec::new();
+        for _ in 0..3 {
+            got.push(receive()
+                .when(move |m: &PortMessage<u32>| m.port() == a, |m| Got::A(m.into_inner()))
+                .on(|s: &'static str| Got::Mail(s))
+                .wait());
+        }
+        assert_eq!(got, [Got::A(1), Got::Mail("mail"), Got::A(3)]);
+        drop(ta);
+        assert_eq!(expect::<PortClosed>(), PortClosed(a));
+        drop(tb);
+        assert_eq!(expect::<PortClosed>(), PortClosed(b));
+    }
+
+    fn routed_bounded_port_keeps_back_pressure() {
+        let (tx, rx) = bounded::<u32>(1);
+        tx.send(0).unwrap(); // queued before routing: moves to the mailbox
+        let port = rx.into_mailbox();
+        let parent = self_pid();
+        let sender = spawn(move || {
+            tx.send(1).unwrap();
+            send(parent, "sent");
+        });
+        until_parked(sender);
+        assert_eq!(receive().on(|s: &'static str| s).timeout(Duration::ZERO), None);
+        let m: PortMessage<u32> = expect();
+        assert_eq!(m.port(), port);
+        assert_eq!(*m.get(), 0);
+        drop(m); // consuming frees the place
+        assert_eq!(expect::<&'static str>(), "sent");
+        assert_eq!(expect::<PortMessage<u32>>().into_inner(), 1);
+        assert_eq!(expect::<PortClosed>(), PortClosed(port));
+    }
+
     fn os_threads_and_processes_share_ports() {
         let (to_proc, from_thread) = bounded::<u32>(1);
         let (to_thread, from_proc) = channel::<u32>();
