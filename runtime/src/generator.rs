@@ -118,6 +118,11 @@ pub enum GeneratorState<Y, R> {
 /// A generator is not `Send` (its stack may hold anything); create it where
 /// it is consumed. It works inside and outside processes.
 ///
+/// ```compile_fail
+/// fn is_send<T: Send>() {}
+/// is_send::<graft::Generator<u8>>();
+/// ```
+///
 /// # Examples
 ///
 /// ```

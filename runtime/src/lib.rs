@@ -31,6 +31,18 @@
 //! * Failure: [`monitor`] gives [`ProcessDied`]; [`link`] ties lifetimes;
 //!   [`trap_exits`] turns exit signals into [`ExitSignal`] messages;
 //!   [`exit`] sends a signal.
+//! * Typed channels: [`channel`] and [`bounded`] make a [`SendPort`] /
+//!   [`ReceivePort`] pair (`bounded(0)` is a rendezvous). A process waiting
+//!   on a port parks its green thread, never its worker; ports also work
+//!   from plain OS threads. [`select`] and [`merge_ports`] read several ports
+//!   fairly; [`ReceivePort::into_mailbox`] puts a port's messages in
+//!   `receive()` clauses.
+//! * [`promise`] makes a one-shot [`Promise`] / [`Future`] pair; a future
+//!   keeps its value and may be waited on by many, before or after.
+//! * [`Generator`]: a body that [`Yielder::yield_`]s values on its own
+//!   pooled stack, consumed as an `Iterator`.
+//! * [`park`] / [`Unparker`]: the wait primitive under all of these, for
+//!   building more.
 //!
 //! # Processes move between threads
 //!

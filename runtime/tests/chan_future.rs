@@ -92,3 +92,23 @@ fn into_value_takes_or_clones() {
     assert_eq!(g.into_value().unwrap(), "x");
     assert_eq!(f.into_value().unwrap(), "x");
 }
+
+#[test]
+fn auto_traits() {
+    fn is_send_sync<T: Send + Sync>() {}
+    is_send_sync::<Future<String>>();
+    is_send_sync::<Promise<String>>();
+    is_send_sync::<Unparker>();
+    is_send_sync::<SendPort<String>>();
+    is_send_sync::<PromiseDropped>();
+    is_send_sync::<WaitTimeoutError>();
+    fn is_error<E: std::error::Error + Send + Sync + 'static>() {}
+    is_error::<SendError<String>>();
+    is_error::<TrySendError<String>>();
+    is_error::<SendTimeoutError<String>>();
+    is_error::<RecvError>();
+    is_error::<TryRecvError>();
+    is_error::<RecvTimeoutError>();
+    is_error::<PromiseDropped>();
+    is_error::<WaitTimeoutError>();
+}
