@@ -84,3 +84,32 @@ fn promise_wakes_a_parked_waiter() {
         t.join().unwrap();
     });
 }
+
+#[test]
+fn two_rendezvous_senders_both_meet_the_receiver() {
+    loom::model(|| {
+        let (tx, rx) = bounded::<u32>(0);
+        let tx2 = tx.clone();
+        let t1 = thread::spawn(move || tx.send(1));
+        let t2 = thread::spawn(move || tx2.send(2));
+        let mut got = [rx.recv().unwrap(), rx.recv().unwrap()];
+        got.sort_unstable();
+        assert_eq!(got, [1, 2]);
+        assert_eq!(t1.join().unwrap(), Ok(()));
+        assert_eq!(t2.join().unwrap(), Ok(()));
+        assert_eq!(rx.recv(), Err(RecvError));
+    });
+}
+
+#[test]
+fn last_sender_drop_wakes_a_parked_receiver() {
+    loom::model(|| {
+        let (tx, rx) = channel::<u32>();
+        let tx2 = tx.clone();
+        let t1 = thread::spawn(move || drop(tx));
+        let t2 = thread::spawn(move || drop(tx2));
+        assert_eq!(rx.recv(), Err(RecvError));
+        t1.join().unwrap();
+        t2.join().unwrap();
+    });
+}

@@ -224,6 +224,18 @@ rt_test! {
         assert_eq!(select_timeout(&[&rc], Duration::from_millis(1)), Err(RecvTimeoutError::Timeout));
     }
 
+    fn select_waits_past_a_disconnected_port() {
+        let (ta, ra) = channel::<u32>();
+        let (tb, rb) = channel::<u32>();
+        drop(tb);
+        let parent = self_pid();
+        let selector = spawn(move || send(parent, select(&[&ra, &rb])));
+        // Parks (does not spin) although port b is disconnected.
+        until_parked(selector);
+        ta.send(4).unwrap();
+        assert_eq!(expect::<Result<(usize, u32), RecvError>>(), Ok((0, 4)));
+    }
+
     fn select_is_fair() {
         let (ta, ra) = channel::<u8>();
         let (tb, rb) = channel::<u8>();

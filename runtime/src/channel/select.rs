@@ -98,16 +98,24 @@ fn select_inner<T, P: Borrow<ReceivePort<T>>>(
         // Register everywhere, re-checking each port under its lock.
         let me = Unparker::current();
         let mut ready = false;
+        let mut waiting = false;
         for p in ports {
             let mut st = p.borrow().chan.lock();
-            if !st.queue.is_empty() || st.senders == 0 {
+            if !st.queue.is_empty() {
                 ready = true;
                 break;
             }
+            if st.senders == 0 {
+                // Empty and disconnected for good: nothing to wait for here
+                // (the poll above already saw a live port).
+                continue;
+            }
             st.recv_waiter = Some(me.clone());
+            waiting = true;
         }
         registered = true;
-        if !ready {
+        // Not waiting anywhere: every port disconnected meanwhile; poll again.
+        if !ready && waiting {
             match deadline {
                 None => park(),
                 Some(d) => park_until(d),
