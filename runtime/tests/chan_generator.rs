@@ -181,6 +181,32 @@ rt_test! {
         assert_eq!(got, (0..20).map(|i| i * 10).collect::<Vec<_>>());
     }
 
+    fn killed_while_parked_inside_a_generator_body() {
+        let drops = Arc::new(AtomicUsize::new(0));
+        let d = drops.clone();
+        let (tx, rx) = channel::<u32>();
+        let child = spawn(move || {
+            let g = Generator::new(move |y| {
+                let _canary = Canary(d);
+                for v in rx.iter() {
+                    y.yield_(v);
+                }
+            });
+            for _ in g {}
+        });
+        let r = monitor(child);
+        let start = std::time::Instant::now();
+        while process_info(child).map(|i| i.status) != Some(Status::Waiting) {
+            assert!(start.elapsed() < std::time::Duration::from_secs(20), "never parked");
+            yield_now();
+        }
+        exit(child, ExitReason::Kill);
+        let died: ProcessDied = expect();
+        assert_eq!((died.monitor, died.reason), (r, ExitReason::Killed));
+        assert_eq!(drops.load(Ordering::SeqCst), 1, "the generator body unwound");
+        assert!(tx.is_disconnected());
+    }
+
     fn panic_in_a_generator_inside_a_process() {
         let child = spawn(|| {
             let mut g = Generator::new(|y| {
