@@ -518,13 +518,13 @@ impl<T> ReceivePort<T> {
     }
 
     /// A blocking iterator over messages; ends when every sender is gone.
-    pub fn iter(&self) -> Iter<'_, T> {
-        Iter { port: self }
+    pub fn iter(&self) -> PortIter<'_, T> {
+        PortIter { port: self }
     }
 
     /// An iterator over the messages queued now.
-    pub fn try_iter(&self) -> TryIter<'_, T> {
-        TryIter { port: self }
+    pub fn try_iter(&self) -> PortTryIter<'_, T> {
+        PortTryIter { port: self }
     }
 
     /// Messages queued now.
@@ -591,11 +591,11 @@ impl<T> fmt::Debug for ReceivePort<T> {
 
 /// Blocking iterator over a [`ReceivePort`]; see [`ReceivePort::iter`].
 #[derive(Debug)]
-pub struct Iter<'a, T> {
+pub struct PortIter<'a, T> {
     port: &'a ReceivePort<T>,
 }
 
-impl<T> Iterator for Iter<'_, T> {
+impl<T> Iterator for PortIter<'_, T> {
     type Item = T;
     fn next(&mut self) -> Option<T> {
         self.port.recv().ok()
@@ -605,11 +605,11 @@ impl<T> Iterator for Iter<'_, T> {
 /// Non-blocking iterator over a [`ReceivePort`]; see
 /// [`ReceivePort::try_iter`].
 #[derive(Debug)]
-pub struct TryIter<'a, T> {
+pub struct PortTryIter<'a, T> {
     port: &'a ReceivePort<T>,
 }
 
-impl<T> Iterator for TryIter<'_, T> {
+impl<T> Iterator for PortTryIter<'_, T> {
     type Item = T;
     fn next(&mut self) -> Option<T> {
         self.port.try_recv().ok()
@@ -618,11 +618,11 @@ impl<T> Iterator for TryIter<'_, T> {
 
 /// Owning blocking iterator over a [`ReceivePort`].
 #[derive(Debug)]
-pub struct IntoIter<T> {
+pub struct PortIntoIter<T> {
     port: ReceivePort<T>,
 }
 
-impl<T> Iterator for IntoIter<T> {
+impl<T> Iterator for PortIntoIter<T> {
     type Item = T;
     fn next(&mut self) -> Option<T> {
         self.port.recv().ok()
@@ -631,16 +631,16 @@ impl<T> Iterator for IntoIter<T> {
 
 impl<T> IntoIterator for ReceivePort<T> {
     type Item = T;
-    type IntoIter = IntoIter<T>;
-    fn into_iter(self) -> IntoIter<T> {
-        IntoIter { port: self }
+    type IntoIter = PortIntoIter<T>;
+    fn into_iter(self) -> PortIntoIter<T> {
+        PortIntoIter { port: self }
     }
 }
 
 impl<'a, T> IntoIterator for &'a ReceivePort<T> {
     type Item = T;
-    type IntoIter = Iter<'a, T>;
-    fn into_iter(self) -> Iter<'a, T> {
+    type IntoIter = PortIter<'a, T>;
+    fn into_iter(self) -> PortIter<'a, T> {
         self.iter()
     }
 }

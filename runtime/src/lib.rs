@@ -95,9 +95,9 @@ pub use api::{
     SpawnOpts,
 };
 pub use channel::{
-    bounded, channel, merge_ports, select, select_timeout, IntoIter, Iter, MergedPorts, PortClosed,
-    PortId, PortMessage, ReceivePort, RecvError, RecvTimeoutError, SendError, SendPort,
-    SendTimeoutError, TryIter, TryRecvError, TrySendError,
+    bounded, channel, merge_ports, select, select_timeout, MergedPorts, PortClosed, PortId,
+    PortIntoIter, PortIter, PortMessage, PortTryIter, ReceivePort, RecvError, RecvTimeoutError,
+    SendError, SendPort, SendTimeoutError, TryRecvError, TrySendError,
 };
 pub use error::Error;
 pub use exit::{ExitReason, ExitSignal, ProcessDied};

@@ -138,10 +138,8 @@ fn arc_of(p: &'static Process) -> Arc<Process> {
 /// Inside a process this suspends its green thread, not the worker; outside,
 /// it blocks the OS thread. Always re-check the condition after it returns.
 ///
-/// # Panics
-///
-/// Does not panic, but inside a process it unwinds the process (Drop runs)
-/// when an exit signal ends it while it waits.
+/// Inside a process, an exit signal that ends the process while it waits
+/// unwinds it out of `park` (its `Drop`s run), as in any other runtime call.
 #[inline]
 pub fn park() {
     match context::process() {
