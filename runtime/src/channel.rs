@@ -115,25 +115,23 @@ impl<T> Chan<T> {
         self.cap.max(1)
     }
 
-    /// Pops one message; wakes blocked senders. The caller holds the lock.
+    /// Pops one message, taking the blocked senders out to be woken (see
+    /// [`wake_all`]). The caller holds the lock.
     #[inline]
-    pub(crate) fn pop_locked(&self, st: &mut State<T>) -> Option<T> {
+    pub(crate) fn pop_locked(&self, st: &mut State<T>) -> Option<(T, Waiters)> {
         let v = st.queue.pop_front()?;
         st.taken += 1;
-        if self.cap != UNBOUNDED {
-            for (_, u) in st.send_waiters.drain(..) {
-                u.unpark();
-            }
-        }
-        Some(v)
+        Some((v, take_waiters(st)))
     }
 
     /// Receives, waiting until `deadline` (`None`: for ever).
     fn recv_until(&self, deadline: Option<Instant>) -> Result<T, RecvTimeoutError> {
         loop {
             let mut st = self.lock();
-            if let Some(v) = self.pop_locked(&mut st) {
+            if let Some((v, senders)) = self.pop_locked(&mut st) {
                 st.recv_waiter = None;
+                drop(st);
+                wake_all(senders);
                 return Ok(v);
             }
             if st.senders == 0 {
@@ -144,8 +142,9 @@ impl<T> Chan<T> {
                 st.recv_waiter = None;
                 return Err(RecvTimeoutError::Timeout);
             }
-            st.recv_waiter = Some(Unparker::current());
+            let stale = st.recv_waiter.replace(Unparker::current());
             drop(st);
+            drop(stale); // outside the lock (see `wake_all`)
             wait(deadline);
         }
     }
@@ -153,7 +152,11 @@ impl<T> Chan<T> {
     fn try_recv(&self) -> Result<T, TryRecvError> {
         let mut st = self.lock();
         match self.pop_locked(&mut st) {
-            Some(v) => Ok(v),
+            Some((v, senders)) => {
+                drop(st);
+                wake_all(senders);
+                Ok(v)
+            }
             None if st.senders == 0 => Err(TryRecvError::Disconnected),
             None => Err(TryRecvError::Empty),
         }
@@ -246,9 +249,9 @@ impl<T> Chan<T> {
                 let v = st.queue.pop_back().expect("an untaken rendezvous message");
                 st.pushed -= 1;
                 // Room again: let other blocked senders try.
-                for (_, u) in st.send_waiters.drain(..) {
-                    u.unpark();
-                }
+                let senders = take_waiters(&mut st);
+                drop(st);
+                wake_all(senders);
                 return Err(if timed_out {
                     SendTimeoutError::Timeout(v)
                 } else {
@@ -290,6 +293,29 @@ impl<T> Chan<T> {
             u.unpark();
         }
         Ok(())
+    }
+}
+
+/// Blocked senders, taken out of the channel to be woken.
+pub(crate) type Waiters = Vec<(u64, Unparker)>;
+
+/// Takes the blocked senders out (keeping an empty list's capacity).
+#[inline]
+pub(crate) fn take_waiters<T>(st: &mut State<T>) -> Waiters {
+    if st.send_waiters.is_empty() {
+        Vec::new()
+    } else {
+        std::mem::take(&mut st.send_waiters)
+    }
+}
+
+/// Wakes taken waiters. Call with the channel lock released: dropping an
+/// `Unparker` may drop the last reference to a process (at node shutdown),
+/// whose unwinding stack may use this very channel.
+#[inline]
+pub(crate) fn wake_all(waiters: Waiters) {
+    for (_, u) in waiters {
+        u.unpark();
     }
 }
 
@@ -555,7 +581,7 @@ impl<T> Drop for ReceivePort<T> {
             return; // routed to a mailbox: the port lives on there
         }
         st.receiver = false;
-        st.recv_waiter = None;
+        let stale = st.recv_waiter.take();
         // A rendezvous sender takes its message back itself; buffered
         // messages are dropped now (outside the lock), not when the last
         // sender goes.
@@ -566,6 +592,7 @@ impl<T> Drop for ReceivePort<T> {
         };
         let waiters = std::mem::take(&mut st.send_waiters);
         drop(st);
+        drop(stale);
         for (_, u) in waiters {
             u.unpark();
         }

@@ -17,7 +17,7 @@
 //! Messages routed to a process that has exited are dropped, as mail to a
 //! dead process is.
 
-use super::{Chan, ReceivePort};
+use super::{take_waiters, wake_all, Chan, ReceivePort};
 use crate::api::current;
 use crate::context;
 use crate::node::NodeShared;
@@ -66,9 +66,9 @@ impl<T> Drop for PortMessage<T> {
             let mut st = c.lock();
             st.in_mailbox -= 1;
             st.taken += 1;
-            for (_, u) in st.send_waiters.drain(..) {
-                u.unpark();
-            }
+            let senders = take_waiters(&mut st);
+            drop(st);
+            wake_all(senders);
         }
     }
 }

@@ -110,7 +110,9 @@ fn select_inner<T, P: Borrow<ReceivePort<T>>>(
                 // (the poll above already saw a live port).
                 continue;
             }
-            st.recv_waiter = Some(me.clone());
+            let stale = st.recv_waiter.replace(me.clone());
+            drop(st);
+            drop(stale); // outside the lock (see `wake_all`)
             waiting = true;
         }
         registered = true;
