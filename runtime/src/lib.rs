@@ -31,6 +31,18 @@
 //! * Failure: [`monitor`] gives [`ProcessDied`]; [`link`] ties lifetimes;
 //!   [`trap_exits`] turns exit signals into [`ExitSignal`] messages;
 //!   [`exit`] sends a signal.
+//! * Typed channels: [`channel`] and [`bounded`] make a [`SendPort`] /
+//!   [`ReceivePort`] pair (`bounded(0)` is a rendezvous). A process waiting
+//!   on a port parks its green thread, never its worker; ports also work
+//!   from plain OS threads. [`select`] and [`merge_ports`] read several ports
+//!   fairly; [`ReceivePort::into_mailbox`] puts a port's messages in
+//!   `receive()` clauses.
+//! * [`promise`] makes a one-shot [`Promise`] / [`Future`] pair; a future
+//!   keeps its value and may be waited on by many, before or after.
+//! * [`Generator`]: a body that [`Yielder::yield_`]s values on its own
+//!   pooled stack, consumed as an `Iterator`.
+//! * [`park`] / [`Unparker`]: the wait primitive under all of these, for
+//!   building more.
 //!
 //! # Processes move between threads
 //!
@@ -55,11 +67,14 @@
 extern crate self as graft;
 
 mod api;
+mod channel;
 mod context;
 mod coroutine;
 mod dist;
 mod error;
 mod exit;
+mod future;
+mod generator;
 pub mod graph;
 mod loom;
 mod message;
@@ -69,6 +84,7 @@ mod process;
 mod sched;
 mod stack;
 mod table;
+mod wakeup;
 
 pub use api::{
     blocking, call_on, cancel_timer, connect, demonitor, demonitor_flush, exit, exit_self,
@@ -78,8 +94,15 @@ pub use api::{
     try_self_pid, unlink, unregister, whereis, whereis_on, yield_now, Dest, Message, ProcessInfo,
     SpawnOpts,
 };
+pub use channel::{
+    bounded, channel, merge_ports, select, select_timeout, MergedPorts, PortClosed, PortId,
+    PortIntoIter, PortIter, PortMessage, PortTryIter, ReceivePort, RecvError, RecvTimeoutError,
+    SendError, SendPort, SendTimeoutError, TryRecvError, TrySendError,
+};
 pub use error::Error;
 pub use exit::{ExitReason, ExitSignal, ProcessDied};
+pub use future::{promise, Future, Promise, PromiseDropped, WaitTimeoutError};
+pub use generator::{Generator, GeneratorState, Yielder};
 pub use graft_derive::Mobile;
 pub use graph::Mobile;
 pub use message::Local;
@@ -89,6 +112,7 @@ pub use process::receive::{expect, expect_timeout, receive, Receive, Unknown};
 pub use process::state::Status;
 pub use sched::timer::TimerRef;
 pub use stack::{ensure_map_count, max_map_count};
+pub use wakeup::{park, park_until, Unparker};
 
 /// The receive clause types (named in signatures only).
 pub mod clause {

@@ -60,6 +60,8 @@ mod imp {
     pub(crate) fn spin_loop() {
         std::hint::spin_loop();
     }
+
+    pub(crate) use std::thread_local;
 }
 
 #[cfg(loom)]
@@ -130,6 +132,8 @@ mod imp {
     pub(crate) fn spin_loop() {
         loom::thread::yield_now();
     }
+
+    pub(crate) use loom::thread_local;
 }
 
 pub(crate) use imp::*;
