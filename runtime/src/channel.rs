@@ -337,6 +337,9 @@ pub struct SendPort<T> {
     chan: Arc<Chan<T>>,
 }
 
+/// A send port can travel in messages between processes of its node.
+impl<T: Send + 'static> crate::Message for SendPort<T> {}
+
 /// The receiving end of a channel: one consumer (not `Clone`, not `Sync`);
 /// move it to the process that receives. Dropping it disconnects the senders.
 pub struct ReceivePort<T> {

@@ -239,7 +239,7 @@ impl<T> fmt::Debug for Future<T> {
 }
 
 /// The [`Promise`] was dropped without being fulfilled.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, graft_derive::Mobile)]
 pub struct PromiseDropped;
 
 impl fmt::Display for PromiseDropped {

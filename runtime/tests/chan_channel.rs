@@ -186,12 +186,13 @@ rt_test! {
     fn ports_travel_in_messages() {
         // Cloud Haskell style: send a reply port to a server.
         let server = spawn(|| loop {
-            let (n, reply): (u32, SendPort<u32>) = expect();
+            // A port is local-only for now: it travels wrapped in `Local`.
+            let Local((n, reply)): Local<(u32, SendPort<u32>)> = expect();
             reply.send(n * 2).unwrap();
         });
         let (tx, rx) = channel::<u32>();
         for i in 0..10u32 {
-            send(server, (i, tx.clone()));
+            send(server, Local((i, tx.clone())));
         }
         let got: Vec<u32> = rx.iter().take(10).collect();
         assert_eq!(got, (0..10).map(|i| i * 2).collect::<Vec<_>>());

@@ -29,7 +29,7 @@ pub enum SendTimeoutError<T> {
 
 /// [`ReceivePort::recv`](crate::ReceivePort::recv) failed: the port is empty
 /// and every [`SendPort`](crate::SendPort) is gone.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, graft_derive::Mobile)]
 pub struct RecvError;
 
 /// [`ReceivePort::try_recv`](crate::ReceivePort::try_recv) failed.

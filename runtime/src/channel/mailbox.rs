@@ -73,6 +73,10 @@ impl<T> Drop for PortMessage<T> {
     }
 }
 
+// Port traffic lives in one node's mailboxes: local-only messages.
+impl<T: Send + 'static> crate::Message for PortMessage<T> {}
+impl crate::Message for PortClosed {}
+
 impl<T> fmt::Debug for PortMessage<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PortMessage")
