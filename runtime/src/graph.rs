@@ -317,6 +317,10 @@ fn mismatch<T: Mobile>(found: &str, found_hash: u64) -> DecodeError {
 /// [`DecodeError::TypeMismatch`] if the data holds another type; any other
 /// [`DecodeError`] for data that is not a valid encoding. Never panics.
 ///
+/// A very deep value (a list of a million `Box`es) decodes without
+/// overflowing the stack, but its default `Drop` is recursive: free such a
+/// value iteratively.
+///
 /// ```
 /// use graft::graph::{self, DecodeError};
 /// let bytes = graph::encode(&42u32);

@@ -16,6 +16,10 @@ use super::{DecodeError, Decoder, Describer, Encoder};
 /// enums with `#[derive(Mobile)]`; a type that owns a local resource (a file,
 /// a socket, a lock guard) simply does not implement it.
 ///
+/// Mobile values are `Send + Sync + 'static`: deep values are encoded and
+/// decoded across extra stack-segment threads (see the module docs of
+/// [`graph`](super)), and messages cross threads anyway.
+///
 /// An implementation writes its parts with the [`Encoder`] methods and reads
 /// them back with the [`Decoder`] methods of the same names, in the same
 /// order; [`describe`](Mobile::describe) states the structure.
