@@ -38,6 +38,7 @@ pub(crate) enum Slot<T> {
     #[cfg_attr(panic = "unwind", allow(dead_code))]
     Pending,
     /// Content being decoded inside `Arc::new_cyclic`.
+    #[cfg_attr(not(panic = "unwind"), allow(dead_code))]
     Building(Weak<T>),
     /// Complete.
     Done(Arc<T>),
