@@ -51,6 +51,8 @@ pub struct Decoder<'a, S: Source> {
     pos: usize,
     /// Shared-node tables, one per type, searched linearly (few types).
     tables: Vec<(TypeId, Box<dyn Any + Send>)>,
+    /// Index of the table used last (checked first).
+    last_table: usize,
     /// Partly built values of a failed decode, dropped on a deep stack.
     graveyard: Vec<Box<dyn Any + Send>>,
     /// Lowest stack address this segment may use.
@@ -94,6 +96,7 @@ impl<'a, S: Source> Decoder<'a, S> {
             input,
             pos: 0,
             tables: Vec::new(),
+            last_table: 0,
             graveyard: Vec::new(),
             floor: stack::floor(stack::FIRST_BUDGET),
             segments: 0,
@@ -186,13 +189,24 @@ impl<'a, S: Source> Decoder<'a, S> {
         Ok(s)
     }
 
-    #[inline]
+    #[inline(always)]
     fn varint(&mut self) -> Result<u64> {
-        get_varint(self.input, &mut self.pos).ok_or(if self.pos >= self.input.len() {
-            DecodeError::Truncated
-        } else {
-            DecodeError::Invalid("LEB128 number over 64 bits".into())
-        })
+        if let Some(&b) = self.input.get(self.pos) {
+            if b < 0x80 {
+                self.pos += 1;
+                return Ok(u64::from(b));
+            }
+        }
+        self.varint_slow()
+    }
+
+    #[inline(never)]
+    fn varint_slow(&mut self) -> Result<u64> {
+        match get_varint(self.input, &mut self.pos) {
+            Some(v) => Ok(v),
+            None if self.pos >= self.input.len() => Err(DecodeError::Truncated),
+            None => Err(DecodeError::Invalid("LEB128 number over 64 bits".into())),
+        }
     }
 
     pub(crate) fn byte(&mut self) -> Result<u8> {
@@ -514,8 +528,21 @@ impl<'a, S: Source> Decoder<'a, S> {
 
     // ---- nodes ------------------------------------------------------------
 
+    #[inline]
     fn table<T: Mobile>(&mut self) -> &mut Vec<Slot<T>> {
         let ty = TypeId::of::<T>();
+        let i = match self.tables.get(self.last_table) {
+            Some((t, _)) if *t == ty => self.last_table,
+            _ => self.find_table::<T>(ty),
+        };
+        match self.tables[i].1.downcast_mut::<Vec<Slot<T>>>() {
+            Some(t) => t,
+            None => unreachable!("graph decoder: table keyed by the wrong TypeId"),
+        }
+    }
+
+    #[inline(never)]
+    fn find_table<T: Mobile>(&mut self, ty: TypeId) -> usize {
         let i = match self.tables.iter().position(|(t, _)| *t == ty) {
             Some(i) => i,
             None => {
@@ -523,10 +550,8 @@ impl<'a, S: Source> Decoder<'a, S> {
                 self.tables.len() - 1
             }
         };
-        match self.tables[i].1.downcast_mut::<Vec<Slot<T>>>() {
-            Some(t) => t,
-            None => unreachable!("graph decoder: table keyed by the wrong TypeId"),
-        }
+        self.last_table = i;
+        i
     }
 
     /// Reads a node tag and, for back-references, the label.
