@@ -176,6 +176,12 @@ fn encode_body<T: Mobile, F: Format>(v: &T, out: &mut Vec<u8>) {
 
 /// Encodes `v` in the binary form, uncompressed.
 ///
+/// # Panics
+///
+/// Only if the value is so deep that it needs an extra stack segment and the
+/// OS refuses to start the segment's thread; or if a [`Cell`] in the value is
+/// locked by the calling thread (that deadlocks instead).
+///
 /// ```
 /// let bytes = graft::graph::encode(&(1u8, String::from("hi")));
 /// assert_eq!(graft::graph::decode::<(u8, String)>(&bytes).unwrap(), (1, "hi".into()));
