@@ -20,6 +20,7 @@
 //! value, when every node it can point to is complete.
 
 use std::any::{Any, TypeId};
+use std::collections::VecDeque;
 use std::marker::PhantomData;
 use std::sync::{Arc, Weak};
 
@@ -61,10 +62,13 @@ pub struct Decoder<'a, S: Source> {
     segments: usize,
     max_segments: usize,
     zero_budget: u64,
-    /// Every cell this decode made, in order; those from `filled` on wait
-    /// for their content.
-    cells: Vec<CellEntry<'a, S>>,
-    filled: usize,
+    /// Cells waiting for their content, in order.
+    pending: VecDeque<CellEntry<'a, S>>,
+    /// Filled cells whose content holds a strong back-reference: the only
+    /// cells a strong cycle can be closed through (see `finish`).
+    closing: Vec<(Empty, Arc<dyn Any + Send + Sync>)>,
+    /// Strong back-references decoded so far.
+    strong_refs: u64,
     _s: PhantomData<S>,
 }
 
@@ -75,8 +79,9 @@ struct CellEntry<'a, S: Source> {
     cell: Arc<dyn Any + Send + Sync>,
 }
 
-/// Decodes the content of cell number `i` into it.
-pub(crate) type Fill<'a, S> = for<'b> fn(&'b mut Decoder<'a, S>, usize) -> Result<()>;
+/// Decodes a cell's content into it.
+pub(crate) type Fill<'a, S> =
+    for<'b> fn(&'b mut Decoder<'a, S>, &'b (dyn Any + Send + Sync)) -> Result<()>;
 /// Takes the content out of a cell (to break cycles of a failed decode).
 pub(crate) type Empty = fn(&(dyn Any + Send + Sync)) -> Option<Box<dyn Any + Send>>;
 
@@ -102,8 +107,9 @@ impl<'a, S: Source> Decoder<'a, S> {
             segments: 0,
             max_segments: 0,
             zero_budget: ZERO_SIZE_BUDGET.saturating_add((input.len() as u64).saturating_mul(64)),
-            cells: Vec::new(),
-            filled: 0,
+            pending: VecDeque::new(),
+            closing: Vec::new(),
+            strong_refs: 0,
             _s: PhantomData,
         }
     }
@@ -115,17 +121,29 @@ impl<'a, S: Source> Decoder<'a, S> {
     }
 
     /// Ends the decode: drops the tables (and any partly built values) on a
-    /// stack deep enough for them. After a failure, empties every cell the
-    /// decode made first: strong cycles only go through cells, so this
-    /// frees the partial graph instead of leaking it.
+    /// stack deep enough for them.
+    ///
+    /// After a failure it first empties the filled cells that may close a
+    /// strong cycle, so the partial graph is freed, not leaked. Which cells:
+    /// without cells every edge points at a node completed before its
+    /// source, so every strong cycle contains a cell. Take the cycle's cell
+    /// filled last: its content leads back, through nodes made during that
+    /// fill (their own cells are filled later), to a node that existed
+    /// before, which takes a strong back-reference read during that fill.
     pub(crate) fn finish(self, failed: bool) {
         let mut contents = Vec::new();
         if failed {
-            for c in &self.cells {
-                contents.extend((c.empty)(&*c.cell));
+            for (empty, cell) in &self.closing {
+                contents.extend(empty(&**cell));
             }
         }
-        let all = (contents, self.tables, self.graveyard, self.cells);
+        let all = (
+            contents,
+            self.tables,
+            self.graveyard,
+            self.pending,
+            self.closing,
+        );
         if self.max_segments > 0 {
             stack::drop_deep(all, self.max_segments);
         } else {
@@ -143,25 +161,22 @@ impl<'a, S: Source> Decoder<'a, S> {
         if S::TEXT {
             self.expect_word("<cell>")?;
         }
-        self.cells.push(CellEntry { fill, empty, cell });
+        self.pending.push_back(CellEntry { fill, empty, cell });
         Ok(())
-    }
-
-    /// Cell number `i` (for its `Fill`).
-    pub(crate) fn cell(&self, i: usize) -> &(dyn Any + Send + Sync) {
-        &*self.cells[i].cell
     }
 
     /// Fills the queued cells (which may queue more).
     pub(crate) fn flush(&mut self) -> Result<()> {
-        while self.filled < self.cells.len() {
+        while let Some(entry) = self.pending.pop_front() {
             if S::TEXT {
                 self.expect_word("cell")?;
                 self.punct(b':')?;
             }
-            let i = self.filled;
-            (self.cells[i].fill)(self, i)?;
-            self.filled += 1;
+            let before = self.strong_refs;
+            (entry.fill)(self, &*entry.cell)?;
+            if self.strong_refs != before {
+                self.closing.push((entry.empty, entry.cell));
+            }
         }
         Ok(())
     }
@@ -599,7 +614,11 @@ impl<'a, S: Source> Decoder<'a, S> {
             TAG_NEW => self.nest(|d| T::decode_arc(d, false)),
             TAG_SHARED => self.nest(|d| T::decode_arc(d, true)),
             TAG_REF => match self.table::<T>().get(label) {
-                Some(Slot::Done(a)) => Ok(a.clone()),
+                Some(Slot::Done(a)) => {
+                    let a = a.clone();
+                    self.strong_refs += 1;
+                    Ok(a)
+                }
                 Some(_) => Err(self.invalid(
                     "strong reference to a node still being decoded (strong cycles must go through graph::Cell)",
                 )),
