@@ -176,6 +176,12 @@ fn encode_body<T: Mobile, F: Format>(v: &T, out: &mut Vec<u8>) {
 
 /// Encodes `v` in the binary form, uncompressed.
 ///
+/// # Panics
+///
+/// Only if the value is so deep that it needs an extra stack segment and the
+/// OS refuses to start the segment's thread; or if a [`Cell`] in the value is
+/// locked by the calling thread (that deadlocks instead).
+///
 /// ```
 /// let bytes = graft::graph::encode(&(1u8, String::from("hi")));
 /// assert_eq!(graft::graph::decode::<(u8, String)>(&bytes).unwrap(), (1, "hi".into()));
@@ -316,6 +322,10 @@ fn mismatch<T: Mobile>(found: &str, found_hash: u64) -> DecodeError {
 ///
 /// [`DecodeError::TypeMismatch`] if the data holds another type; any other
 /// [`DecodeError`] for data that is not a valid encoding. Never panics.
+///
+/// A very deep value (a list of a million `Box`es) decodes without
+/// overflowing the stack, but its default `Drop` is recursive: free such a
+/// value iteratively.
 ///
 /// ```
 /// use graft::graph::{self, DecodeError};

@@ -152,9 +152,12 @@ fn write_content<T: Mobile, F: Format>(slot: &Mutex<Option<T>>, e: &mut Encoder<
     }
 }
 
-fn fill<T: Mobile, S: Source>(d: &mut Decoder<'_, S>, i: usize) -> Result<(), DecodeError> {
+fn fill<T: Mobile, S: Source>(
+    d: &mut Decoder<'_, S>,
+    cell: &(dyn Any + Send + Sync),
+) -> Result<(), DecodeError> {
     let v = T::decode(d)?;
-    match d.cell(i).downcast_ref::<Mutex<Option<T>>>() {
+    match cell.downcast_ref::<Mutex<Option<T>>>() {
         Some(slot) => *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(v),
         None => unreachable!("graph::Cell filled with the wrong type"),
     }

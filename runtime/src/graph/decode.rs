@@ -20,6 +20,7 @@
 //! value, when every node it can point to is complete.
 
 use std::any::{Any, TypeId};
+use std::collections::VecDeque;
 use std::marker::PhantomData;
 use std::sync::{Arc, Weak};
 
@@ -38,6 +39,7 @@ pub(crate) enum Slot<T> {
     #[cfg_attr(panic = "unwind", allow(dead_code))]
     Pending,
     /// Content being decoded inside `Arc::new_cyclic`.
+    #[cfg_attr(not(panic = "unwind"), allow(dead_code))]
     Building(Weak<T>),
     /// Complete.
     Done(Arc<T>),
@@ -50,6 +52,8 @@ pub struct Decoder<'a, S: Source> {
     pos: usize,
     /// Shared-node tables, one per type, searched linearly (few types).
     tables: Vec<(TypeId, Box<dyn Any + Send>)>,
+    /// Index of the table used last (checked first).
+    last_table: usize,
     /// Partly built values of a failed decode, dropped on a deep stack.
     graveyard: Vec<Box<dyn Any + Send>>,
     /// Lowest stack address this segment may use.
@@ -58,10 +62,13 @@ pub struct Decoder<'a, S: Source> {
     segments: usize,
     max_segments: usize,
     zero_budget: u64,
-    /// Every cell this decode made, in order; those from `filled` on wait
-    /// for their content.
-    cells: Vec<CellEntry<'a, S>>,
-    filled: usize,
+    /// Cells waiting for their content, in order.
+    pending: VecDeque<CellEntry<'a, S>>,
+    /// Filled cells whose content holds a strong back-reference: the only
+    /// cells a strong cycle can be closed through (see `finish`).
+    closing: Vec<(Empty, Arc<dyn Any + Send + Sync>)>,
+    /// Strong back-references decoded so far.
+    strong_refs: u64,
     _s: PhantomData<S>,
 }
 
@@ -72,8 +79,9 @@ struct CellEntry<'a, S: Source> {
     cell: Arc<dyn Any + Send + Sync>,
 }
 
-/// Decodes the content of cell number `i` into it.
-pub(crate) type Fill<'a, S> = for<'b> fn(&'b mut Decoder<'a, S>, usize) -> Result<()>;
+/// Decodes a cell's content into it.
+pub(crate) type Fill<'a, S> =
+    for<'b> fn(&'b mut Decoder<'a, S>, &'b (dyn Any + Send + Sync)) -> Result<()>;
 /// Takes the content out of a cell (to break cycles of a failed decode).
 pub(crate) type Empty = fn(&(dyn Any + Send + Sync)) -> Option<Box<dyn Any + Send>>;
 
@@ -93,13 +101,15 @@ impl<'a, S: Source> Decoder<'a, S> {
             input,
             pos: 0,
             tables: Vec::new(),
+            last_table: 0,
             graveyard: Vec::new(),
             floor: stack::floor(stack::FIRST_BUDGET),
             segments: 0,
             max_segments: 0,
             zero_budget: ZERO_SIZE_BUDGET.saturating_add((input.len() as u64).saturating_mul(64)),
-            cells: Vec::new(),
-            filled: 0,
+            pending: VecDeque::new(),
+            closing: Vec::new(),
+            strong_refs: 0,
             _s: PhantomData,
         }
     }
@@ -111,17 +121,29 @@ impl<'a, S: Source> Decoder<'a, S> {
     }
 
     /// Ends the decode: drops the tables (and any partly built values) on a
-    /// stack deep enough for them. After a failure, empties every cell the
-    /// decode made first: strong cycles only go through cells, so this
-    /// frees the partial graph instead of leaking it.
+    /// stack deep enough for them.
+    ///
+    /// After a failure it first empties the filled cells that may close a
+    /// strong cycle, so the partial graph is freed, not leaked. Which cells:
+    /// without cells every edge points at a node completed before its
+    /// source, so every strong cycle contains a cell. Take the cycle's cell
+    /// filled last: its content leads back, through nodes made during that
+    /// fill (their own cells are filled later), to a node that existed
+    /// before, which takes a strong back-reference read during that fill.
     pub(crate) fn finish(self, failed: bool) {
         let mut contents = Vec::new();
         if failed {
-            for c in &self.cells {
-                contents.extend((c.empty)(&*c.cell));
+            for (empty, cell) in &self.closing {
+                contents.extend(empty(&**cell));
             }
         }
-        let all = (contents, self.tables, self.graveyard, self.cells);
+        let all = (
+            contents,
+            self.tables,
+            self.graveyard,
+            self.pending,
+            self.closing,
+        );
         if self.max_segments > 0 {
             stack::drop_deep(all, self.max_segments);
         } else {
@@ -139,25 +161,22 @@ impl<'a, S: Source> Decoder<'a, S> {
         if S::TEXT {
             self.expect_word("<cell>")?;
         }
-        self.cells.push(CellEntry { fill, empty, cell });
+        self.pending.push_back(CellEntry { fill, empty, cell });
         Ok(())
-    }
-
-    /// Cell number `i` (for its `Fill`).
-    pub(crate) fn cell(&self, i: usize) -> &(dyn Any + Send + Sync) {
-        &*self.cells[i].cell
     }
 
     /// Fills the queued cells (which may queue more).
     pub(crate) fn flush(&mut self) -> Result<()> {
-        while self.filled < self.cells.len() {
+        while let Some(entry) = self.pending.pop_front() {
             if S::TEXT {
                 self.expect_word("cell")?;
                 self.punct(b':')?;
             }
-            let i = self.filled;
-            (self.cells[i].fill)(self, i)?;
-            self.filled += 1;
+            let before = self.strong_refs;
+            (entry.fill)(self, &*entry.cell)?;
+            if self.strong_refs != before {
+                self.closing.push((entry.empty, entry.cell));
+            }
         }
         Ok(())
     }
@@ -185,13 +204,24 @@ impl<'a, S: Source> Decoder<'a, S> {
         Ok(s)
     }
 
-    #[inline]
+    #[inline(always)]
     fn varint(&mut self) -> Result<u64> {
-        get_varint(self.input, &mut self.pos).ok_or(if self.pos >= self.input.len() {
-            DecodeError::Truncated
-        } else {
-            DecodeError::Invalid("LEB128 number over 64 bits".into())
-        })
+        if let Some(&b) = self.input.get(self.pos) {
+            if b < 0x80 {
+                self.pos += 1;
+                return Ok(u64::from(b));
+            }
+        }
+        self.varint_slow()
+    }
+
+    #[inline(never)]
+    fn varint_slow(&mut self) -> Result<u64> {
+        match get_varint(self.input, &mut self.pos) {
+            Some(v) => Ok(v),
+            None if self.pos >= self.input.len() => Err(DecodeError::Truncated),
+            None => Err(DecodeError::Invalid("LEB128 number over 64 bits".into())),
+        }
     }
 
     pub(crate) fn byte(&mut self) -> Result<u8> {
@@ -513,8 +543,21 @@ impl<'a, S: Source> Decoder<'a, S> {
 
     // ---- nodes ------------------------------------------------------------
 
+    #[inline]
     fn table<T: Mobile>(&mut self) -> &mut Vec<Slot<T>> {
         let ty = TypeId::of::<T>();
+        let i = match self.tables.get(self.last_table) {
+            Some((t, _)) if *t == ty => self.last_table,
+            _ => self.find_table::<T>(ty),
+        };
+        match self.tables[i].1.downcast_mut::<Vec<Slot<T>>>() {
+            Some(t) => t,
+            None => unreachable!("graph decoder: table keyed by the wrong TypeId"),
+        }
+    }
+
+    #[inline(never)]
+    fn find_table<T: Mobile>(&mut self, ty: TypeId) -> usize {
         let i = match self.tables.iter().position(|(t, _)| *t == ty) {
             Some(i) => i,
             None => {
@@ -522,10 +565,8 @@ impl<'a, S: Source> Decoder<'a, S> {
                 self.tables.len() - 1
             }
         };
-        match self.tables[i].1.downcast_mut::<Vec<Slot<T>>>() {
-            Some(t) => t,
-            None => unreachable!("graph decoder: table keyed by the wrong TypeId"),
-        }
+        self.last_table = i;
+        i
     }
 
     /// Reads a node tag and, for back-references, the label.
@@ -573,7 +614,11 @@ impl<'a, S: Source> Decoder<'a, S> {
             TAG_NEW => self.nest(|d| T::decode_arc(d, false)),
             TAG_SHARED => self.nest(|d| T::decode_arc(d, true)),
             TAG_REF => match self.table::<T>().get(label) {
-                Some(Slot::Done(a)) => Ok(a.clone()),
+                Some(Slot::Done(a)) => {
+                    let a = a.clone();
+                    self.strong_refs += 1;
+                    Ok(a)
+                }
                 Some(_) => Err(self.invalid(
                     "strong reference to a node still being decoded (strong cycles must go through graph::Cell)",
                 )),

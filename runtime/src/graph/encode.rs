@@ -52,11 +52,16 @@ pub(crate) const TAG_SHARED: u8 = 1;
 pub(crate) const TAG_REF: u8 = 2;
 pub(crate) const TAG_DEAD: u8 = 3;
 
+/// Entries in [`Share::recent`].
+const RECENT: usize = 64;
+
 /// Sharing state, filled by pass 1 and read by pass 2.
-#[derive(Default)]
 pub(crate) struct Share {
     /// Pointer of each numbered node to its dense number.
     ids: HashMap<usize, u32, ahash::RandomState>,
+    /// Pass 1: a direct-mapped cache in front of `ids` (pointer, number);
+    /// nearby nodes tend to point at the same shared children.
+    recent: [(usize, u32); RECENT],
     /// Pointer of each dense number (to check recorded meetings).
     ptrs: Vec<usize>,
     /// Pass 1: met at least once. Pass 2: not yet written.
@@ -92,6 +97,24 @@ impl std::fmt::Debug for Share {
     }
 }
 
+impl Default for Share {
+    fn default() -> Self {
+        Share {
+            ids: HashMap::default(),
+            // Pointer 0 is never an `Arc`'s.
+            recent: [(0, 0); RECENT],
+            ptrs: Vec::new(),
+            visited: BitVec::new(),
+            shared: BitVec::new(),
+            seq: Vec::new(),
+            cursor: 0,
+            labels: Vec::new(),
+            next_label: Vec::new(),
+            deferred: VecDeque::new(),
+        }
+    }
+}
+
 impl Share {
     /// Pass 1 → pass 2.
     pub(crate) fn finish_walk(&mut self) {
@@ -105,16 +128,25 @@ impl Share {
     /// Pass 1: a numbered meeting. True if the content must be walked.
     #[inline]
     fn walk_meet(&mut self, ptr: usize) -> bool {
+        let slot = (ptr >> 4) % RECENT;
+        let (p, id) = self.recent[slot];
+        if p == ptr {
+            self.shared.set(id as usize, true);
+            self.seq.push(id);
+            return false;
+        }
         let next = self.ptrs.len() as u32;
         match self.ids.entry(ptr) {
             std::collections::hash_map::Entry::Occupied(o) => {
                 let id = *o.get();
+                self.recent[slot] = (ptr, id);
                 self.shared.set(id as usize, true);
                 self.seq.push(id);
                 false
             }
             std::collections::hash_map::Entry::Vacant(v) => {
                 v.insert(next);
+                self.recent[slot] = (ptr, next);
                 self.ptrs.push(ptr);
                 self.visited.push(true);
                 self.shared.push(false);

@@ -16,6 +16,10 @@ use super::{DecodeError, Decoder, Describer, Encoder};
 /// enums with `#[derive(Mobile)]`; a type that owns a local resource (a file,
 /// a socket, a lock guard) simply does not implement it.
 ///
+/// Mobile values are `Send + Sync + 'static`: deep values are encoded and
+/// decoded across extra stack-segment threads (see the module docs of
+/// [`graph`](super)), and messages cross threads anyway.
+///
 /// An implementation writes its parts with the [`Encoder`] methods and reads
 /// them back with the [`Decoder`] methods of the same names, in the same
 /// order; [`describe`](Mobile::describe) states the structure.
@@ -36,6 +40,42 @@ use super::{DecodeError, Decoder, Describer, Encoder};
 /// let v = vec![Shape::Circle { r: 1.0 }, Shape::Rect(2.0, 3.0), Shape::Empty];
 /// let bytes = encode(&v);
 /// assert_eq!(decode::<Vec<Shape>>(&bytes).unwrap(), v);
+/// ```
+///
+/// A hand-written implementation (what the derive generates, in short):
+///
+/// ```
+/// use graft::graph::{self, DecodeError, Decoder, Describer, Encoder, Format, Mobile, Source};
+///
+/// #[derive(Debug, PartialEq)]
+/// struct Celsius(f64);
+///
+/// impl Mobile for Celsius {
+///     fn describe(d: &mut Describer) {
+///         if d.enter::<Self>("struct", "Celsius") {
+///             d.field("");
+///             d.describe::<f64>();
+///             d.leave();
+///         }
+///     }
+///     fn encode<F: Format>(&self, e: &mut Encoder<'_, F>) {
+///         e.begin("Celsius");
+///         e.scalar(self.0);
+///         e.end();
+///     }
+///     fn decode<S: Source>(d: &mut Decoder<'_, S>) -> Result<Self, DecodeError> {
+///         d.begin("Celsius")?;
+///         let v: f64 = d.scalar()?;
+///         d.end()?;
+///         if v < -273.15 {
+///             return Err(d.invalid("below absolute zero"));
+///         }
+///         Ok(Celsius(v))
+///     }
+/// }
+///
+/// assert_eq!(graph::decode::<Celsius>(&graph::encode(&Celsius(21.5))).unwrap(), Celsius(21.5));
+/// assert!(graph::decode::<Celsius>(&graph::encode(&Celsius(-300.0))).is_err());
 /// ```
 pub trait Mobile: Sized + Send + Sync + 'static {
     /// The fewest bytes one value takes in the binary form (used to bound
