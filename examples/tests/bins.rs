@@ -61,3 +61,21 @@ fn supervision_tree() {
     assert_eq!(out.matches("+ cache started").count(), 3, "{out}");
     assert_eq!(out.matches("+ db started").count(), 2, "{out}");
 }
+
+#[test]
+fn demo() {
+    let out = run(env!("CARGO_BIN_EXE_demo"));
+    for line in [
+        "alpha sees 2 peers (full mesh)",
+        "alpha got: hello from beta (3/3)",
+        "interesting numbers in 1..=1,000,000: 12987",
+        "gamma applied |x| x*3+1 to 14: 43",
+        "on beta counts 42",
+        "died: counter told to crash",
+        "the supervisor restarted it as",
+        "reason: noconnection }",
+        "demo finished",
+    ] {
+        assert_has(&out, line);
+    }
+}

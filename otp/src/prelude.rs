@@ -27,6 +27,9 @@ pub use crate::supervisor::{
     self, ChildKind, ChildSpec, DynamicSupervisor, Restart, Shutdown, Strategy, Supervisor,
 };
 pub use graft::{
+    blocking, call_on, connect, nodes, process_info, processes, spawn_link_on, spawn_on, whereis_on,
+};
+pub use graft::{
     demonitor, demonitor_flush, exit, exit_self, expect, expect_timeout, is_alive, link, make_ref,
     monitor, receive, register, self_pid, send, send_after, send_to, sleep, spawn, spawn_link,
     spawn_monitor, spawn_opts, terminate, this_node, trap_exits, unlink, unregister, whereis,

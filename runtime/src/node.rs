@@ -17,7 +17,8 @@
 //!
 //! # Shutdown
 //!
-//! 1. Mark the node stopping (new spawns fail with `NodeDown`).
+//! 1. Mark the node stopping (new spawns fail with `NodeDown`) and close
+//!    every connection: peers see `NoConnection`.
 //! 2. Send `Kill` to every process and wait (bounded) until all have exited.
 //! 3. Stop and join the workers, the timer thread, the node loop and the
 //!    blocking pool.
@@ -653,6 +654,9 @@ impl Node {
         }
         let s = &self.shared;
         s.stopping.store(true, Ordering::SeqCst);
+        // Leave the cluster first: to its peers this node is gone at once
+        // (their monitors and links see `NoConnection`), as when a node halts.
+        s.dist.shutdown();
         for pid in s.table.pids() {
             s.deliver(
                 pid,
@@ -671,7 +675,6 @@ impl Node {
                 s.live()
             );
         }
-        s.dist.shutdown();
         s.sched.stop();
         s.timers.stop();
         s.stacks.stop();

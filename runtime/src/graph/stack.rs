@@ -24,7 +24,7 @@
 
 /// Stack the caller's segment may use before the first hop. Small, because
 /// the caller may be a green thread with a small stack.
-pub(crate) const FIRST_BUDGET: usize = 48 << 10;
+pub(crate) const FIRST_BUDGET: usize = 24 << 10;
 /// Size of each segment thread's stack (virtual; pages are touched lazily).
 pub(crate) const SEGMENT: usize = 256 << 20;
 /// Room left unused at the end of each segment, for the frames between two
