@@ -173,8 +173,10 @@ fn main() {
             loop {
                 let (pid, value) =
                     call_on(b_id, String::from("counter"), counter_state).expect("call_on");
-                if pid.is_some() && pid != old && value.is_some() {
-                    return (pid.expect("checked"), value.expect("checked"));
+                if let (Some(pid), Some(value)) = (pid, value) {
+                    if Some(pid) != old {
+                        return (pid, value);
+                    }
                 }
                 assert!(
                     t.elapsed() < Duration::from_secs(10),
