@@ -977,19 +977,20 @@ pub fn spawn_link_on<E: Mobile>(node: NodeId, env: E, body: fn(E)) -> Result<Pid
     spawn_remote(node, env, body, true)
 }
 
-/// The answer of a [`call_on`] body, tagged with its request.
+/// The answer of a [`call_on`] body, tagged with its request: the encoded
+/// value, or why the body ended without one.
 #[derive(Debug, graft_derive::Mobile)]
 struct CallAnswer {
     req: u64,
-    value: Encoded,
+    value: Result<Encoded, ExitReason>,
 }
 
 /// Runs `body(env)` on `node` and returns its value (the paper's `call`).
 ///
 /// # Errors
 ///
-/// As [`spawn_on`]; `Error::Exited(reason)` if the body panics or its node
-/// is lost; `Error::Decode` if the answer does not decode.
+/// As [`spawn_on`]; `Error::Exited(reason)` if the body panics, is killed,
+/// or its node is lost; `Error::Decode` if the answer does not decode.
 ///
 /// ```
 /// use graft::*;
@@ -1007,19 +1008,22 @@ pub fn call_on<E: Mobile, R: Mobile>(node: NodeId, env: E, body: fn(E) -> R) -> 
     let req = self::node().dist.next_req();
     let f = MobileFnOnce::returning(env, body);
     let pid = spawn_on(node, (me.pid, req, f), |(caller, req, f)| {
-        let value = f.call();
-        send(caller, CallAnswer { req, value });
+        // The answer (or the reason there is none) is sent before the
+        // process ends, so it arrives before any `ProcessDied` for it.
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f.call())) {
+            Ok(value) => send(caller, CallAnswer { req, value: Ok(value) }),
+            Err(payload) => {
+                let reason = crate::node::exit_reason_of(&*payload);
+                send(caller, CallAnswer { req, value: Err(reason) });
+                std::panic::resume_unwind(payload);
+            }
+        }
     })?;
+    // Only for a lost node or a kill: the body reports everything else.
     let m = monitor(pid);
     let r = receive()
-        .when(
-            move |a: &CallAnswer| a.req == req,
-            |a: CallAnswer| Ok(a.value),
-        )
-        .when(
-            move |d: &ProcessDied| d.monitor == m,
-            |d: ProcessDied| Err(d.reason),
-        )
+        .when(move |a: &CallAnswer| a.req == req, |a: CallAnswer| a.value)
+        .when(move |d: &ProcessDied| d.monitor == m, |d: ProcessDied| Err(d.reason))
         .wait();
     demonitor_flush(m);
     match r {

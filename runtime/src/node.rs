@@ -220,7 +220,7 @@ impl NodeShared {
                     if me.forced_drop.load(Ordering::Relaxed) {
                         resume_unwind(payload);
                     }
-                    exit_reason_of(payload)
+                    exit_reason_of(&*payload)
                 }
             }
         }));
@@ -377,7 +377,7 @@ struct RawProc(*const Process);
 unsafe impl Send for RawProc {}
 
 /// Turns a caught unwind into an exit reason.
-fn exit_reason_of(payload: Box<dyn std::any::Any + Send>) -> ExitReason {
+pub(crate) fn exit_reason_of(payload: &(dyn std::any::Any + Send)) -> ExitReason {
     if let Some(e) = payload.downcast_ref::<ExitUnwind>() {
         return e.0.clone();
     }
