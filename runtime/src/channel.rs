@@ -337,9 +337,6 @@ pub struct SendPort<T> {
     chan: Arc<Chan<T>>,
 }
 
-/// A send port can travel in messages between processes of its node.
-impl<T: Send + 'static> crate::Message for SendPort<T> {}
-
 /// The receiving end of a channel: one consumer (not `Clone`, not `Sync`);
 /// move it to the process that receives. Dropping it disconnects the senders.
 pub struct ReceivePort<T> {
@@ -478,6 +475,15 @@ impl<T> SendPort<T> {
         Arc::ptr_eq(&self.chan, &other.chan)
     }
 }
+
+/// A send port is a message between processes of one node (the Cloud
+/// Haskell reply-port idiom). It is not yet `Mobile`: it cannot travel to
+/// another node.
+impl<T: Send + 'static> crate::Message for SendPort<T> {}
+
+/// A receive port can be handed to the process that will receive on it
+/// (on this node).
+impl<T: Send + 'static> crate::Message for ReceivePort<T> {}
 
 impl<T> Clone for SendPort<T> {
     fn clone(&self) -> Self {
