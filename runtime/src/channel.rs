@@ -35,6 +35,7 @@
 
 mod error;
 mod mailbox;
+mod remote;
 mod select;
 
 pub use error::{
@@ -83,6 +84,9 @@ pub(crate) struct State<T> {
     /// Routed messages delivered and not yet consumed (they count against
     /// the bound like queued ones).
     in_mailbox: usize,
+    /// The process that forwards sends from other nodes into this channel
+    /// (spawned when a send port is first encoded for another node).
+    proxy: Option<crate::Pid>,
 }
 
 impl<T> Chan<T> {
@@ -100,6 +104,7 @@ impl<T> Chan<T> {
                 next_waiter: 0,
                 sink: None,
                 in_mailbox: 0,
+                proxy: None,
             }),
         }
     }
@@ -331,14 +336,30 @@ fn wait(deadline: Option<Instant>) {
 /// channel is disconnected for the receiver once every clone is dropped.
 ///
 /// `SendPort` is `Send + Sync` and can be used from processes and from plain
-/// OS threads. (It is not yet `Mobile`: sending a port to another node waits
-/// for graph serialisation and distribution.)
+/// OS threads.
+///
+/// For a [`Mobile`](crate::Mobile) message type it is `Mobile` itself: send
+/// it to a process on another node (in a message, or in a `spawn_on`
+/// environment) and sends there reach this channel, in order per sending
+/// process. On that node a send is a plain remote [`send`](crate::send): it
+/// never waits or fails (a bound applies on the channel's node only), and
+/// once a port has left its node the channel no longer reports
+/// disconnection to its receiver (some node may still send).
 pub struct SendPort<T> {
-    chan: Arc<Chan<T>>,
+    inner: Inner<T>,
 }
 
-/// A send port can travel in messages between processes of its node.
-impl<T: Send + 'static> crate::Message for SendPort<T> {}
+enum Inner<T> {
+    /// On the channel's node.
+    Local(Arc<Chan<T>>),
+    /// Came from another node: sends go to the channel's proxy process
+    /// there, by ordinary remote send.
+    Remote {
+        proxy: crate::Pid,
+        /// `crate::send::<T>`, captured where `T: Mobile` is known.
+        send: fn(crate::Pid, T),
+    },
+}
 
 /// The receiving end of a channel: one consumer (not `Clone`, not `Sync`);
 /// move it to the process that receives. Dropping it disconnects the senders.
@@ -400,7 +421,9 @@ pub fn bounded<T>(cap: usize) -> (SendPort<T>, ReceivePort<T>) {
 fn pair<T>(cap: usize) -> (SendPort<T>, ReceivePort<T>) {
     let chan = Arc::new(Chan::new(cap));
     (
-        SendPort { chan: chan.clone() },
+        SendPort {
+            inner: Inner::Local(chan.clone()),
+        },
         ReceivePort {
             chan,
             _not_sync: PhantomData,
@@ -409,15 +432,34 @@ fn pair<T>(cap: usize) -> (SendPort<T>, ReceivePort<T>) {
 }
 
 impl<T> SendPort<T> {
+    /// The local channel, or `Err(msg)` with a send to the remote proxy done.
+    #[inline]
+    fn local_or_forward(&self, msg: T) -> Result<(&Arc<Chan<T>>, T), ()> {
+        match &self.inner {
+            Inner::Local(chan) => Ok((chan, msg)),
+            Inner::Remote { proxy, send } => {
+                send(*proxy, msg);
+                Err(())
+            }
+        }
+    }
+
     /// Sends `msg`, waiting while a bounded port is full (for a rendezvous
     /// port: until the receiver takes it). Inside a process the wait parks
     /// its green thread; outside, it blocks the thread.
+    ///
+    /// A port that came from another node sends like [`send`](crate::send)
+    /// (never waits, never fails; messages from one process keep their
+    /// order).
     ///
     /// # Errors
     ///
     /// [`SendError`] with the message if the receiving port is gone.
     pub fn send(&self, msg: T) -> Result<(), SendError<T>> {
-        self.chan.send_until(msg, None).map_err(|e| match e {
+        let Ok((chan, msg)) = self.local_or_forward(msg) else {
+            return Ok(());
+        };
+        chan.send_until(msg, None).map_err(|e| match e {
             SendTimeoutError::Timeout(v) | SendTimeoutError::Disconnected(v) => SendError(v),
         })
     }
@@ -430,7 +472,10 @@ impl<T> SendPort<T> {
     /// [`TrySendError::Full`] or [`TrySendError::Disconnected`], with the
     /// message.
     pub fn try_send(&self, msg: T) -> Result<(), TrySendError<T>> {
-        self.chan.try_send(msg)
+        let Ok((chan, msg)) = self.local_or_forward(msg) else {
+            return Ok(());
+        };
+        chan.try_send(msg)
     }
 
     /// Like [`send`](SendPort::send), waiting at most `timeout`.
@@ -439,7 +484,7 @@ impl<T> SendPort<T> {
     ///
     /// [`SendTimeoutError`] with the message.
     pub fn send_timeout(&self, msg: T, timeout: Duration) -> Result<(), SendTimeoutError<T>> {
-        self.chan.send_until(msg, Some(Instant::now() + timeout))
+        self.send_deadline(msg, Instant::now() + timeout)
     }
 
     /// Like [`send`](SendPort::send), waiting until `deadline` at most.
@@ -448,19 +493,31 @@ impl<T> SendPort<T> {
     ///
     /// [`SendTimeoutError`] with the message.
     pub fn send_deadline(&self, msg: T, deadline: Instant) -> Result<(), SendTimeoutError<T>> {
-        self.chan.send_until(msg, Some(deadline))
+        let Ok((chan, msg)) = self.local_or_forward(msg) else {
+            return Ok(());
+        };
+        chan.send_until(msg, Some(deadline))
     }
 
-    /// Whether the receiving port is gone.
+    /// Whether the receiving port is gone (always `false` for a port from
+    /// another node: that is not known here).
     pub fn is_disconnected(&self) -> bool {
-        !self.chan.lock().receiver
+        match &self.inner {
+            Inner::Local(chan) => !chan.lock().receiver,
+            Inner::Remote { .. } => false,
+        }
     }
 
     /// Messages sent and not yet received (queued, or routed to a mailbox
-    /// and not yet consumed).
+    /// and not yet consumed); 0 for a port from another node.
     pub fn len(&self) -> usize {
-        let st = self.chan.lock();
-        st.queue.len() + st.in_mailbox
+        match &self.inner {
+            Inner::Local(chan) => {
+                let st = chan.lock();
+                st.queue.len() + st.in_mailbox
+            }
+            Inner::Remote { .. } => 0,
+        }
     }
 
     /// Whether no message is waiting now.
@@ -468,29 +525,54 @@ impl<T> SendPort<T> {
         self.len() == 0
     }
 
-    /// The bound (`Some(0)` for rendezvous), `None` if unbounded.
+    /// The bound (`Some(0)` for rendezvous), `None` if unbounded or from
+    /// another node.
     pub fn capacity(&self) -> Option<usize> {
-        (self.chan.cap != UNBOUNDED).then_some(self.chan.cap)
+        match &self.inner {
+            Inner::Local(chan) => (chan.cap != UNBOUNDED).then_some(chan.cap),
+            Inner::Remote { .. } => None,
+        }
     }
 
     /// Whether both ports feed the same channel.
     pub fn same_port(&self, other: &SendPort<T>) -> bool {
-        Arc::ptr_eq(&self.chan, &other.chan)
+        match (&self.inner, &other.inner) {
+            (Inner::Local(a), Inner::Local(b)) => Arc::ptr_eq(a, b),
+            (Inner::Remote { proxy: a, .. }, Inner::Remote { proxy: b, .. }) => a == b,
+            _ => false,
+        }
     }
 }
 
+/// A receive port can be handed to the process that will receive on it
+/// (on this node).
+impl<T: Send + 'static> crate::Message for ReceivePort<T> {}
+
 impl<T> Clone for SendPort<T> {
     fn clone(&self) -> Self {
-        self.chan.lock().senders += 1;
-        SendPort {
-            chan: self.chan.clone(),
+        match &self.inner {
+            Inner::Local(chan) => {
+                chan.lock().senders += 1;
+                SendPort {
+                    inner: Inner::Local(chan.clone()),
+                }
+            }
+            Inner::Remote { proxy, send } => SendPort {
+                inner: Inner::Remote {
+                    proxy: *proxy,
+                    send: *send,
+                },
+            },
         }
     }
 }
 
 impl<T> Drop for SendPort<T> {
     fn drop(&mut self) {
-        let mut st = self.chan.lock();
+        let Inner::Local(chan) = &self.inner else {
+            return;
+        };
+        let mut st = chan.lock();
         st.senders -= 1;
         let (rx, sink) = if st.senders == 0 {
             (st.recv_waiter.take(), st.sink.clone())

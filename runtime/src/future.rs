@@ -211,6 +211,14 @@ impl<T> Future<T> {
     }
 }
 
+/// A future is a local message: hand it to another process on this node.
+/// (It cannot travel to another node.)
+impl<T: Send + Sync + 'static> crate::Message for Future<T> {}
+
+/// A promise is a local message: hand it to the process that will fulfil
+/// it. (It cannot travel to another node.)
+impl<T: Send + Sync + 'static> crate::Message for Promise<T> {}
+
 impl<T> Clone for Future<T> {
     fn clone(&self) -> Self {
         Future {
@@ -239,7 +247,7 @@ impl<T> fmt::Debug for Future<T> {
 }
 
 /// The [`Promise`] was dropped without being fulfilled.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, graft_derive::Mobile)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, crate::Mobile)]
 pub struct PromiseDropped;
 
 impl fmt::Display for PromiseDropped {
@@ -251,7 +259,7 @@ impl fmt::Display for PromiseDropped {
 impl std::error::Error for PromiseDropped {}
 
 /// [`Future::wait_timeout`] failed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, crate::Mobile)]
 pub enum WaitTimeoutError {
     /// No value before the deadline.
     Timeout,

@@ -36,7 +36,8 @@
 //!   on a port parks its green thread, never its worker; ports also work
 //!   from plain OS threads. [`select`] and [`merge_ports`] read several ports
 //!   fairly; [`ReceivePort::into_mailbox`] puts a port's messages in
-//!   `receive()` clauses.
+//!   `receive()` clauses. A `SendPort` of a [`Mobile`] type is `Mobile`: it
+//!   can be sent to another node and used there.
 //! * [`promise`] makes a one-shot [`Promise`] / [`Future`] pair; a future
 //!   keeps its value and may be waited on by many, before or after.
 //! * [`Generator`]: a body that [`Yielder::yield_`]s values on its own

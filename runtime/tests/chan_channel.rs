@@ -184,16 +184,36 @@ rt_test! {
     }
 
     fn ports_travel_in_messages() {
-        // Cloud Haskell style: send a reply port to a server.
+        // Cloud Haskell style: send a reply port to a server. A port is a
+        // message itself, and inside a local-only message type.
+        struct Double(u32, SendPort<u32>);
+        impl Message for Double {}
         let server = spawn(|| loop {
-            // A port is local-only for now: it travels wrapped in `Local`.
-            let Local((n, reply)): Local<(u32, SendPort<u32>)> = expect();
+            let Double(n, reply) = expect();
             reply.send(n * 2).unwrap();
         });
         let (tx, rx) = channel::<u32>();
         for i in 0..10u32 {
-            send(server, Local((i, tx.clone())));
+            send(server, Double(i, tx.clone()));
         }
+        // A bare port and a receive port travel too.
+        let (tx2, rx2) = channel::<u8>();
+        let parent = self_pid();
+        let relay = spawn(move || {
+            let out: SendPort<u8> = expect();
+            let inp: ReceivePort<u8> = expect();
+            for v in inp.iter() {
+                out.send(v).unwrap();
+            }
+            send(parent, "relay done");
+        });
+        let (to_relay, from_parent) = channel::<u8>();
+        send(relay, tx2);
+        send(relay, from_parent);
+        to_relay.send(5).unwrap();
+        assert_eq!(rx2.recv(), Ok(5));
+        drop(to_relay);
+        assert_eq!(expect::<&'static str>(), "relay done");
         let got: Vec<u32> = rx.iter().take(10).collect();
         assert_eq!(got, (0..10).map(|i| i * 2).collect::<Vec<_>>());
         exit(server, ExitReason::Kill);

@@ -1,15 +1,16 @@
 //! Channel errors: each hands back the message it could not deliver
-//! (crossbeam-channel's shapes).
+//! (crossbeam-channel's shapes). All are `Mobile` (when the message is), so
+//! they can be sent as messages, to other nodes too.
 
 use std::fmt;
 
 /// [`SendPort::send`](crate::SendPort::send) failed: the receiving port is
 /// gone. The message is handed back.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq, crate::Mobile)]
 pub struct SendError<T>(pub T);
 
 /// [`SendPort::try_send`](crate::SendPort::try_send) failed.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq, crate::Mobile)]
 pub enum TrySendError<T> {
     /// A bounded port is full (a rendezvous port: no receiver is waiting).
     Full(T),
@@ -18,7 +19,7 @@ pub enum TrySendError<T> {
 }
 
 /// [`SendPort::send_timeout`](crate::SendPort::send_timeout) failed.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq, crate::Mobile)]
 pub enum SendTimeoutError<T> {
     /// The port stayed full (or, for a rendezvous port, no receiver took the
     /// message) until the deadline.
@@ -29,11 +30,11 @@ pub enum SendTimeoutError<T> {
 
 /// [`ReceivePort::recv`](crate::ReceivePort::recv) failed: the port is empty
 /// and every [`SendPort`](crate::SendPort) is gone.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, graft_derive::Mobile)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, crate::Mobile)]
 pub struct RecvError;
 
 /// [`ReceivePort::try_recv`](crate::ReceivePort::try_recv) failed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, crate::Mobile)]
 pub enum TryRecvError {
     /// Nothing to receive now.
     Empty,
@@ -42,7 +43,7 @@ pub enum TryRecvError {
 }
 
 /// [`ReceivePort::recv_timeout`](crate::ReceivePort::recv_timeout) failed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, crate::Mobile)]
 pub enum RecvTimeoutError {
     /// Nothing arrived before the deadline.
     Timeout,

@@ -27,11 +27,11 @@ use std::fmt;
 use std::sync::{Arc, Weak};
 
 /// Names a port routed into a mailbox; see [`ReceivePort::into_mailbox`].
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, crate::Mobile)]
 pub struct PortId(MonitorRef);
 
 /// Every sender of a routed port is gone; arrives after its last message.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, crate::Mobile)]
 pub struct PortClosed(pub PortId);
 
 /// A message from a routed port, as it sits in the mailbox. Take the value
@@ -73,9 +73,8 @@ impl<T> Drop for PortMessage<T> {
     }
 }
 
-// Port traffic lives in one node's mailboxes: local-only messages.
+/// Port messages are local mail (they only ever sit in a local mailbox).
 impl<T: Send + 'static> crate::Message for PortMessage<T> {}
-impl crate::Message for PortClosed {}
 
 impl<T> fmt::Debug for PortMessage<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
