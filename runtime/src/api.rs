@@ -1011,10 +1011,22 @@ pub fn call_on<E: Mobile, R: Mobile>(node: NodeId, env: E, body: fn(E) -> R) -> 
         // The answer (or the reason there is none) is sent before the
         // process ends, so it arrives before any `ProcessDied` for it.
         match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f.call())) {
-            Ok(value) => send(caller, CallAnswer { req, value: Ok(value) }),
+            Ok(value) => send(
+                caller,
+                CallAnswer {
+                    req,
+                    value: Ok(value),
+                },
+            ),
             Err(payload) => {
                 let reason = crate::node::exit_reason_of(&*payload);
-                send(caller, CallAnswer { req, value: Err(reason) });
+                send(
+                    caller,
+                    CallAnswer {
+                        req,
+                        value: Err(reason),
+                    },
+                );
                 std::panic::resume_unwind(payload);
             }
         }
@@ -1023,7 +1035,10 @@ pub fn call_on<E: Mobile, R: Mobile>(node: NodeId, env: E, body: fn(E) -> R) -> 
     let m = monitor(pid);
     let r = receive()
         .when(move |a: &CallAnswer| a.req == req, |a: CallAnswer| a.value)
-        .when(move |d: &ProcessDied| d.monitor == m, |d: ProcessDied| Err(d.reason))
+        .when(
+            move |d: &ProcessDied| d.monitor == m,
+            |d: ProcessDied| Err(d.reason),
+        )
         .wait();
     demonitor_flush(m);
     match r {
