@@ -381,7 +381,7 @@ pub(crate) fn exit_reason_of(payload: &(dyn std::any::Any + Send)) -> ExitReason
     if let Some(e) = payload.downcast_ref::<ExitUnwind>() {
         return e.0.clone();
     }
-    ExitReason::Other(panic_message(&*payload))
+    ExitReason::Other(panic_message(payload))
 }
 
 /// The text of a panic payload.
