@@ -185,6 +185,10 @@ pub enum CallError {
     /// The server was not alive when the call started (or the name is not
     /// registered).
     NoProc,
+    /// The server is on another node and the call could not go there: its
+    /// node is not connected or was lost, or the server's types are not
+    /// `Mobile` (use [`Server::call_remote`]). The text says which.
+    Remote(String),
 }
 
 impl fmt::Display for CallError {
@@ -193,6 +197,7 @@ impl fmt::Display for CallError {
             CallError::Timeout => f.write_str("gen_server call timed out"),
             CallError::ServerDied(r) => write!(f, "gen_server died during the call: {r}"),
             CallError::NoProc => f.write_str("no such gen_server"),
+            CallError::Remote(why) => write!(f, "remote gen_server call failed: {why}"),
         }
     }
 }
@@ -523,6 +528,12 @@ impl<S: GenServer> Server<S> {
         if me == self.pid {
             calling_self(me);
         }
+        if self.pid.node() != graft::this_node() {
+            return Err(CallError::Remote(format!(
+                "{} is on another node: use call_remote (the server's types must be Mobile)",
+                self.pid
+            )));
+        }
         let guard = caller_guard();
         // The monitor reference is the call's tag (as in OTP): unique, and
         // its `ProcessDied` is the failure path.
@@ -614,6 +625,138 @@ fn take_reply<R: Message>(tag: MonitorRef) -> Option<R> {
 #[inline(never)]
 fn calling_self(me: Pid) -> ! {
     panic!("gen_server {me} called itself (calling_self)")
+}
+
+/// Calls and casts that work wherever the server lives, for servers whose
+/// messages are [`Mobile`](graft::Mobile).
+///
+/// A remote call runs as a short process on the server's node (through
+/// [`graft::call_on`]) that makes an ordinary local call there: the
+/// timeout, the monitor and the late-reply guard all work on that node, and
+/// the loss of either node fails the call instead of hanging it.
+impl<S: GenServer> Server<S>
+where
+    S::Call: graft::Mobile,
+    S::Cast: graft::Mobile,
+    S::Reply: graft::Mobile,
+{
+    /// [`Server::call`] for a server on any node.
+    ///
+    /// # Errors
+    ///
+    /// As [`Server::call_timeout`], plus [`CallError::Remote`] when the
+    /// server's node is unreachable or lost.
+    pub fn call_remote(&self, req: S::Call) -> Result<S::Reply, CallError> {
+        self.call_remote_timeout(req, DEFAULT_CALL_TIMEOUT)
+    }
+
+    /// [`Server::call_timeout`] for a server on any node.
+    ///
+    /// # Errors
+    ///
+    /// As [`Server::call_remote`].
+    pub fn call_remote_timeout(
+        &self,
+        req: S::Call,
+        timeout: Duration,
+    ) -> Result<S::Reply, CallError> {
+        if self.pid.node() == graft::this_node() {
+            return self.call_timeout(req, timeout);
+        }
+        let r = graft::call_on(
+            self.pid.node(),
+            (self.pid, req, timeout),
+            |(pid, req, timeout): (Pid, S::Call, Duration)| {
+                Server::<S>::from_pid(pid).call_timeout(req, timeout)
+            },
+        );
+        match r {
+            Ok(answer) => answer,
+            Err(e) => Err(CallError::Remote(e.to_string())),
+        }
+    }
+
+    /// [`Server::cast`] for a server on any node (never blocks, never fails:
+    /// a cast to a dead server or an unreachable node is dropped).
+    pub fn cast_remote(&self, msg: S::Cast) {
+        if self.pid.node() == graft::this_node() {
+            return self.cast(msg);
+        }
+        let r = graft::spawn_on(
+            self.pid.node(),
+            (self.pid, msg),
+            |(pid, msg): (Pid, S::Cast)| Server::<S>::from_pid(pid).cast(msg),
+        );
+        if let Err(e) = r {
+            log::debug!("gen_server: cast to {} dropped: {e}", self.pid);
+        }
+    }
+}
+
+/// Starts `server` on `node` (this node included), linked to the caller like
+/// [`start`], and waits until its `init` has run there.
+///
+/// The server value itself travels to the other node, so it is `Mobile`;
+/// talk to it with [`Server::call_remote`] and [`Server::cast_remote`].
+///
+/// # Errors
+///
+/// As [`start`]; [`StartError::Spawn`] when `node` is unreachable.
+///
+/// ```
+/// use graft_otp::prelude::*;
+///
+/// #[derive(Default, Mobile)]
+/// struct Total(u64);
+///
+/// impl GenServer for Total {
+///     type Call = u64;
+///     type Cast = u64;
+///     type Reply = u64;
+///     fn handle_call(&mut self, add: u64, _: &ReplyTo<u64>) -> CallResult<u64> {
+///         self.0 += add;
+///         CallResult::Reply(self.0)
+///     }
+///     fn handle_cast(&mut self, add: u64) -> Flow {
+///         self.0 += add;
+///         Flow::Continue
+///     }
+/// }
+///
+/// let a = Node::start(NodeConfig::new("127.0.0.1:0").cookie("doc")).unwrap();
+/// let b = Node::start(NodeConfig::new("127.0.0.1:0").cookie("doc")).unwrap();
+/// let b_id = a.connect(b.addr()).unwrap();
+/// let n = a.run(move || {
+///     let total = gen_server::start_on(b_id, Total(10)).unwrap();
+///     assert_eq!(total.pid().node(), b_id);
+///     total.cast_remote(5);
+///     total.call_remote(1).unwrap()
+/// }).unwrap();
+/// assert_eq!(n, 16);
+/// ```
+pub fn start_on<S>(node: graft::NodeId, server: S) -> Result<Server<S>, StartError>
+where
+    S: GenServer + graft::Mobile,
+{
+    if node == graft::this_node() {
+        return start(server);
+    }
+    let started = graft::call_on(node, server, |server: S| {
+        // Started by a short-lived process: unlink it from the server, the
+        // real parent (the caller) links below.
+        start(server).map(|s| {
+            graft::unlink(s.pid());
+            s.pid()
+        })
+    });
+    match started {
+        Ok(Ok(pid)) => {
+            graft::link(pid);
+            Ok(Server::from_pid(pid))
+        }
+        Ok(Err(e)) => Err(e),
+        Err(e) => Err(StartError::Spawn(e.to_string())),
+    }
 }
 
 /// Starts `server` in a new process linked to the caller (OTP's

@@ -182,6 +182,21 @@ impl ChildSpec {
         ChildSpec::new(id, move || gen_server::start(make()).map(|s| s.pid()))
     }
 
+    /// A gen_server child on another node (`ChildSpec::on(node)` in the
+    /// brief): `make()` builds the server here, it travels to `node` and is
+    /// started there with [`gen_server::start_on`], linked to the
+    /// supervisor. The loss of `node` counts as the child's death
+    /// (`NoConnection`), and a restart starts it on `node` again.
+    pub fn server_on<S, F>(id: impl Into<String>, node: graft::NodeId, make: F) -> ChildSpec
+    where
+        S: GenServer + graft::Mobile,
+        F: Fn() -> S + Send + Sync + 'static,
+    {
+        ChildSpec::new(id, move || {
+            gen_server::start_on(node, make()).map(|s| s.pid())
+        })
+    }
+
     /// A child that is the supervisor `make()` describes (kind
     /// [`ChildKind::Supervisor`]): a subtree.
     pub fn supervisor<F>(id: impl Into<String>, make: F) -> ChildSpec
