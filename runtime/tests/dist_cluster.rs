@@ -319,3 +319,52 @@ fn four_senders_fifo_to_a_remote_receiver() {
         .unwrap();
     assert_eq!(r, vec![N; 4]);
 }
+
+#[test]
+fn a_restarted_node_rejoins_and_its_old_pids_stay_dead() {
+    let _ = env_logger::builder().is_test(true).try_init();
+    let start = || {
+        Node::start(
+            NodeConfig::new("127.0.0.1:0")
+                .name("phoenix@127.0.0.1")
+                .cookie("rejoin")
+                .heartbeat(Duration::from_millis(200)),
+        )
+        .unwrap()
+    };
+    let a = node("rejoin");
+    let b1 = start();
+    let b_id = a.connect(b1.addr()).unwrap();
+    let old = a
+        .run(move || {
+            spawn_on(b_id, (), |()| {
+                register("svc", self_pid()).unwrap();
+                expect::<u8>();
+            })
+            .unwrap()
+        })
+        .unwrap();
+    b1.shutdown();
+    eventually("b1 gone", || a.nodes().is_empty());
+    // The same node name, a new incarnation (new creation).
+    let b2 = start();
+    assert_eq!(a.connect(b2.addr()).unwrap(), b_id);
+    a.run(move || {
+        let new = spawn_on(b_id, (), |()| {
+            expect::<u8>();
+        })
+        .unwrap();
+        assert_eq!(new.node(), old.node());
+        assert_ne!(new.creation(), old.creation(), "a new incarnation");
+        // The old pid names a dead process: monitoring it says so at once.
+        let m = monitor(old);
+        let d: ProcessDied = receive()
+            .when(move |d: &ProcessDied| d.monitor == m, |d| d)
+            .wait();
+        assert_eq!(d.reason, ExitReason::NoProc);
+        // And a message to it goes nowhere (no error, as in Erlang).
+        send(old, 1u8);
+        send(new, 1u8);
+    })
+    .unwrap();
+}
