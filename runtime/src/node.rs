@@ -71,7 +71,7 @@ impl NodeConfig {
             listen: listen.to_string(),
             name: None,
             cookie: None,
-            workers: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            workers: default_workers(),
             stack_size: 64 * 1024,
             shutdown_timeout: Duration::from_secs(5),
             max_processes: 1 << 20,
@@ -88,7 +88,8 @@ impl NodeConfig {
         self.cookie = Some(cookie.to_string());
         self
     }
-    /// Scheduler threads (default: available parallelism).
+    /// Scheduler threads (default: `GRAFT_WORKERS` if set, else the
+    /// available parallelism).
     pub fn workers(mut self, n: usize) -> NodeConfig {
         self.workers = n.max(1);
         self
@@ -122,6 +123,16 @@ impl NodeConfig {
     pub fn worker_count(&self) -> usize {
         self.workers
     }
+}
+
+/// Scheduler threads when not configured: `GRAFT_WORKERS` if set (like
+/// Erlang's `+S`), else the available parallelism.
+fn default_workers() -> usize {
+    std::env::var("GRAFT_WORKERS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|n| *n > 0)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
 /// Work for the node loop.
