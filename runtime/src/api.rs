@@ -69,6 +69,23 @@ fn suspend_current(me: &Process, why: Suspend) {
     suspend(unsafe { &*y }, why);
 }
 
+/// Runs `f` on the worker thread's own (large) stack when called from a
+/// process, so that stack-hungry library code (a compressor's state, a deep
+/// recursion) cannot overflow a small process stack; runs it in place
+/// elsewhere.
+pub(crate) fn on_worker_stack<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    let Some(me) = context::process() else {
+        return f();
+    };
+    // SAFETY: `me` is the running process; its yielder lives on its own
+    // stack, which is live while it runs this call.
+    match unsafe { me.local().yielder } {
+        // SAFETY: as above.
+        Some(y) => unsafe { &*y }.on_parent_stack(f),
+        None => f(),
+    }
+}
+
 /// Ends the running process with `reason` (unwinding its stack).
 fn exit_now(reason: ExitReason) -> ! {
     std::panic::resume_unwind(Box::new(ExitUnwind(reason)))
@@ -815,6 +832,7 @@ pub mod local {
         // SAFETY: `me` is the running process.
         unsafe { me.local() }
             .storage
+            .get_or_insert_with(Default::default)
             .insert(TypeId::of::<T>(), Box::new(v));
     }
 
@@ -824,6 +842,7 @@ pub mod local {
         // SAFETY: `me` is the running process.
         unsafe { me.local() }
             .storage
+            .as_ref()?
             .get(&TypeId::of::<T>())
             .and_then(|b| b.downcast_ref::<T>())
             .cloned()
@@ -833,7 +852,10 @@ pub mod local {
     pub fn take<T: Send + 'static>() -> Option<T> {
         let me = current("local::take");
         // SAFETY: `me` is the running process.
-        let b: Box<dyn Any + Send> = unsafe { me.local() }.storage.remove(&TypeId::of::<T>())?;
+        let b: Box<dyn Any + Send> = unsafe { me.local() }
+            .storage
+            .as_mut()?
+            .remove(&TypeId::of::<T>())?;
         b.downcast::<T>().ok().map(|b| *b)
     }
 

@@ -43,6 +43,19 @@ const KIND_DELIVER: u8 = FIRST_USER_KIND;
 const KIND_CTL: u8 = FIRST_USER_KIND + 1;
 /// Bytes before the message in a deliver frame.
 const DELIVER_HEADER: usize = 8 + 4 + 8 + 8;
+/// Frames at least this big are queued from the worker's own stack: the
+/// transport may compress them, and a compressor's state does not fit a
+/// 64 KiB process stack.
+const BIG_FRAME: usize = 16 << 10;
+
+/// Queues a frame on a peer connection (see [`BIG_FRAME`]).
+fn queue(sender: &PeerSender, kind: u8, payload: &[u8]) -> Result<(), NetError> {
+    if payload.len() >= BIG_FRAME {
+        crate::api::on_worker_stack(|| sender.send(kind, payload))
+    } else {
+        sender.send(kind, payload)
+    }
+}
 
 /// Control commands between nodes.
 #[derive(Debug, graft_derive::Mobile)]
@@ -186,9 +199,7 @@ impl Dist {
     fn send_frame(&self, node: NodeId, kind: u8, payload: &[u8]) -> Result<(), Error> {
         let peers = self.peers.read();
         let peer = peers.get(&node).ok_or(Error::NoConnection(node))?;
-        peer.sender
-            .send(kind, payload)
-            .map_err(|_| Error::NoConnection(node))
+        queue(&peer.sender, kind, payload).map_err(|_| Error::NoConnection(node))
     }
 
     /// Sends a control command to `node`.
@@ -216,7 +227,7 @@ impl Dist {
         frame.extend_from_slice(&to.serial().to_le_bytes());
         frame.extend_from_slice(&desc.to_le_bytes());
         frame.extend_from_slice(bytes);
-        let _ = peer.sender.send(KIND_DELIVER, &frame);
+        let _ = queue(&peer.sender, KIND_DELIVER, &frame);
     }
 
     /// Routes mail for a remote pid.

@@ -316,8 +316,13 @@ impl NodeShared {
         self.table.remove(p.pid.serial());
         drop(p.mailbox.close());
         // SAFETY: the process has stopped running; nobody else uses `local`.
-        let local = std::mem::take(unsafe { p.local() });
-        drop(local);
+        let local = unsafe { p.local() };
+        // Free what the process held (mail, storage, its send cache); the
+        // rest goes with the entry.
+        local.saved = Default::default();
+        local.storage = None;
+        local.last_target = None;
+        local.monitors = Vec::new();
         if !reason.is_normal() {
             log::debug!("graft: process {} exited: {reason}", p.pid);
         }

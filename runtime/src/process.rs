@@ -156,8 +156,9 @@ pub(crate) struct Local {
     pub(crate) monitors: Vec<(MonitorRef, Pid)>,
     /// The coroutine's yielder (lives on the process's own stack).
     pub(crate) yielder: Option<*const ProcYielder>,
-    /// Process-local storage, by type.
-    pub(crate) storage: HashMap<TypeId, Box<dyn Any + Send>>,
+    /// Process-local storage, by type (made on first use: most processes
+    /// never use it, and an empty map still costs a hasher seed).
+    pub(crate) storage: Option<Box<HashMap<TypeId, Box<dyn Any + Send>>>>,
     /// The process this one sent to last: a process usually talks to the
     /// same peer again (a ring, a server), and the cache skips the table.
     pub(crate) last_target: Option<std::sync::Arc<Process>>,

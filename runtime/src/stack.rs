@@ -40,14 +40,19 @@ const REFILL_HIGH: usize = 4096;
 /// ...and is woken when fewer than this many are left.
 const REFILL_LOW: usize = REFILL_HIGH / 2;
 
+/// The page size (asked once: `sysconf` is a libc call on every spawn
+/// otherwise).
 fn page_size() -> usize {
-    // SAFETY: sysconf has no preconditions.
-    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    if p <= 0 {
-        4096
-    } else {
-        p as usize
-    }
+    static PAGE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *PAGE.get_or_init(|| {
+        // SAFETY: sysconf has no preconditions.
+        let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        if p <= 0 {
+            4096
+        } else {
+            p as usize
+        }
+    })
 }
 
 /// Rounds a requested stack size up to whole pages (at least 16 KiB).

@@ -368,3 +368,23 @@ fn a_restarted_node_rejoins_and_its_old_pids_stay_dead() {
     })
     .unwrap();
 }
+
+#[test]
+fn a_large_message_crosses_from_a_small_stack() {
+    // Big enough to be compressed on the way; the sender has the default
+    // 64 KiB stack (compression runs on the worker's stack).
+    let (a, b, _) = pair();
+    let sink = b
+        .spawn(|| {
+            let (from, v): (Pid, Vec<u8>) = expect();
+            send(from, v.len() as u64);
+        })
+        .unwrap();
+    let n = a
+        .run(move || {
+            send(sink, (self_pid(), vec![7u8; 1 << 20]));
+            expect::<u64>()
+        })
+        .unwrap();
+    assert_eq!(n, 1 << 20);
+}
