@@ -7,14 +7,17 @@
 //! scan, and the trackers rebuild their state from disk and from peers.
 //!
 //! The scanner polls the directory through the accessor every period and
-//! reports files that are new or whose size or modification time changed,
-//! and files that disappeared.
+//! hands the listing to the folder manager, which asks a tracker to look
+//! at its file when the file is new, its size or modification time
+//! changed, or it is missing while the tracker holds content for it (the
+//! last case catches a file that was written by a fetch and removed again
+//! between two scans).
 
-use super::accessor::{self, Done, Op};
+use super::accessor::{self, Done, Entry, Op};
 use super::tracker::{self, Tracker};
 use super::Announce;
 use graft_otp::prelude::*;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 /// The name it registers.
@@ -23,10 +26,10 @@ const NAME: &str = "folder";
 /// What the folder manager is told.
 #[derive(Debug)]
 pub(crate) enum FolderMsg {
-    /// The scanner saw `path` appear or change.
-    Changed(String),
-    /// The scanner saw `path` disappear.
-    Gone(String),
+    /// The scanner's latest listing.
+    Listing(Vec<Entry>),
+    /// A tracker holds content for `path` (or not).
+    Holds(String, bool),
     /// A peer announced a version of a file.
     Remote(Announce),
 }
@@ -36,6 +39,10 @@ impl Message for FolderMsg {}
 pub(crate) struct Folder {
     every: Duration,
     trackers: HashMap<String, Server<Tracker>>,
+    /// The previous listing: path -> (size, mtime).
+    seen: HashMap<String, (u64, u128)>,
+    /// Paths whose tracker holds content.
+    holds: HashSet<String>,
 }
 
 impl Folder {
@@ -73,37 +80,54 @@ impl GenServer for Folder {
     }
 
     fn handle_cast(&mut self, msg: FolderMsg) -> Flow {
-        let (path, msg) = match msg {
-            FolderMsg::Changed(p) => (p, tracker::TrackerMsg::Scan),
-            FolderMsg::Gone(p) => (p, tracker::TrackerMsg::Scan),
-            FolderMsg::Remote(a) => (a.path.clone(), tracker::TrackerMsg::Remote(a)),
-        };
-        if let Some(t) = self.tracker(&path) {
-            t.cast(msg);
+        match msg {
+            FolderMsg::Listing(list) => {
+                let now: HashMap<String, (u64, u128)> = list
+                    .into_iter()
+                    .map(|(p, size, mtime)| (p, (size, mtime)))
+                    .collect();
+                let mut look: Vec<String> = now
+                    .iter()
+                    .filter(|(p, v)| self.seen.get(*p) != Some(*v))
+                    .map(|(p, _)| p.clone())
+                    .collect();
+                look.extend(
+                    self.seen
+                        .keys()
+                        .chain(self.holds.iter())
+                        .filter(|p| !now.contains_key(*p))
+                        .cloned()
+                        .collect::<HashSet<_>>(),
+                );
+                for p in look {
+                    if let Some(t) = self.tracker(&p) {
+                        t.cast(tracker::TrackerMsg::Scan);
+                    }
+                }
+                self.seen = now;
+            }
+            FolderMsg::Holds(p, true) => {
+                self.holds.insert(p);
+            }
+            FolderMsg::Holds(p, false) => {
+                self.holds.remove(&p);
+            }
+            FolderMsg::Remote(a) => {
+                if let Some(t) = self.tracker(&a.path) {
+                    t.cast(tracker::TrackerMsg::Remote(a));
+                }
+            }
         }
         Flow::Continue
     }
 }
 
-/// Polls the folder and reports changes to the folder manager.
+/// Polls the folder and hands each listing to the folder manager.
 fn scanner(folder: Pid, every: Duration) {
     let folder = Server::<Folder>::from_pid(folder);
-    let mut seen: HashMap<String, (u64, u128)> = HashMap::new();
     loop {
         if let Ok(Done::Listing(list)) = accessor::call(Op::List) {
-            let mut now = HashMap::with_capacity(list.len());
-            for (path, size, mtime) in list {
-                if seen.get(&path) != Some(&(size, mtime)) {
-                    folder.cast(FolderMsg::Changed(path.clone()));
-                }
-                now.insert(path, (size, mtime));
-            }
-            for path in seen.keys() {
-                if !now.contains_key(path) {
-                    folder.cast(FolderMsg::Gone(path.clone()));
-                }
-            }
-            seen = now;
+            folder.cast(FolderMsg::Listing(list));
         }
         sleep(every);
     }
@@ -114,6 +138,8 @@ pub(crate) fn start(every: Duration) -> Result<Pid, StartError> {
     let folder = Folder {
         every,
         trackers: HashMap::new(),
+        seen: HashMap::new(),
+        holds: HashSet::new(),
     };
     gen_server::start_named(NAME, folder).map(|s| s.pid())
 }
@@ -122,5 +148,12 @@ pub(crate) fn start(every: Duration) -> Result<Pid, StartError> {
 pub(crate) fn remote(a: Announce) {
     if let Some(f) = Server::<Folder>::whereis(NAME) {
         f.cast(FolderMsg::Remote(a));
+    }
+}
+
+/// Tells the folder manager whether the tracker of `path` holds content.
+pub(crate) fn holds(path: &str, present: bool) {
+    if let Some(f) = Server::<Folder>::whereis(NAME) {
+        f.cast(FolderMsg::Holds(path.to_string(), present));
     }
 }

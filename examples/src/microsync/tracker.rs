@@ -13,7 +13,7 @@
 
 use super::accessor::{self, Done, Op};
 use super::chunk::{self, Hash, Manifest};
-use super::{event, me, peer, Announce, ChunkReply, ChunkRequest, Version};
+use super::{event, folder, me, peer, Announce, ChunkReply, ChunkRequest, Version};
 use graft_otp::prelude::*;
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -56,6 +56,7 @@ pub(crate) struct Tracker {
 
 impl Tracker {
     fn announce(&self) {
+        folder::holds(&self.path, self.manifest.is_some());
         peer::broadcast(Announce {
             path: self.path.clone(),
             version: self.version.clone(),
