@@ -34,15 +34,11 @@ struct Answer {
 
 /// The worker loop (runs on node `b`).
 fn worker(_: ()) {
-    loop {
-        match expect::<Request>() {
-            Request::Apply(f, x, reply_to) => {
-                let value = f.call(x);
-                let node = graft::node_name(this_node()).unwrap_or_default();
-                send(reply_to, Answer { value, node });
-            }
-            Request::Stop => break,
-        }
+    // Until `Stop`.
+    while let Request::Apply(f, x, reply_to) = expect::<Request>() {
+        let value = f.call(x);
+        let node = graft::node_name(this_node()).unwrap_or_default();
+        send(reply_to, Answer { value, node });
     }
 }
 

@@ -48,11 +48,11 @@ pub(crate) struct Folder {
 impl Folder {
     fn tracker(&mut self, path: &str) -> Option<Server<Tracker>> {
         if let Some(t) = self.trackers.get(path) {
-            return Some(t.clone());
+            return Some(*t);
         }
         match tracker::start(path.to_string()) {
             Ok(t) => {
-                self.trackers.insert(path.to_string(), t.clone());
+                self.trackers.insert(path.to_string(), t);
                 Some(t)
             }
             Err(e) => {

@@ -57,9 +57,8 @@ impl GenServer for Peer {
                 self.latest.insert(a.path.clone(), a);
             }
             PeerCast::Up(p) => {
-                if !self.peers.contains_key(&p) {
-                    let m = monitor(p);
-                    self.peers.insert(p, m);
+                if let std::collections::hash_map::Entry::Vacant(e) = self.peers.entry(p) {
+                    e.insert(monitor(p));
                     event(format!(
                         "peer up: {} ({} versions to tell it)",
                         graft::node_name(p.node()).unwrap_or_default(),
