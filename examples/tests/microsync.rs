@@ -280,3 +280,132 @@ fn two_instances_converge() {
     );
     drop((ia, ib));
 }
+
+/// `--once` stops by itself once in sync, and `--log` keeps the events.
+#[test]
+fn once_syncs_then_stops_and_logs() {
+    let (da, db) = (TempDir::new("once-a"), TempDir::new("once-b"));
+    let log = TempDir::new("once-log");
+    put(&da.0, "hello.txt", b"hello\n");
+    let ia = Instance::start(&da.0, "a", None);
+    let listen = ia.wait_line("listening line", |l| l.starts_with("listening on "));
+    let addr = listen.trim_start_matches("listening on ");
+    let log_file = log.0.join("events.log");
+    let mut b = Command::new(env!("CARGO_BIN_EXE_microsync"))
+        .arg("--dir")
+        .arg(&db.0)
+        .arg("--log")
+        .arg(&log_file)
+        .args(["--name", "b", "--cookie", "microsync-test", "--once"])
+        .args(["--join", addr])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("microsync starts");
+    let t = Instant::now();
+    let status = loop {
+        if let Some(s) = b.try_wait().unwrap() {
+            break s;
+        }
+        if t.elapsed() > BOUND {
+            let _ = b.kill();
+            let _ = b.wait();
+            panic!("--once did not stop");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status}");
+    assert_eq!(
+        std::fs::read(db.0.join("hello.txt")).unwrap(),
+        b"hello\n".to_vec()
+    );
+    let events = std::fs::read_to_string(&log_file).unwrap();
+    assert!(events.contains("microsync b: peer up: a"), "{events}");
+    assert!(
+        events.contains("for hello.txt (version 1@a from a"),
+        "{events}"
+    );
+    assert!(events.contains("microsync b: stopping"), "{events}");
+}
+
+/// The helpers are permanent children of a one-for-one supervisor: kill
+/// the accessor, then the folder manager (with its scanner and trackers),
+/// and syncing goes on. Two nodes in this OS process, over TCP.
+#[test]
+fn crashed_helpers_are_restarted() {
+    use graft_examples::microsync::{self, Options};
+    use graft_otp::prelude::*;
+
+    let (da, db) = (TempDir::new("sup-a"), TempDir::new("sup-b"));
+    let node = |name: &str| {
+        Node::start(
+            NodeConfig::new("127.0.0.1:0")
+                .name(name)
+                .cookie("microsync-sup")
+                .stack_size(1 << 20),
+        )
+        .expect("node starts")
+    };
+    let (a, b) = (node("sa"), node("sb"));
+    let opts = |dir: &Path, join| Options {
+        dir: dir.to_path_buf(),
+        join,
+        log: None,
+        scan_every: Duration::from_millis(100),
+    };
+    let (oa, ob) = (opts(&da.0, None), opts(&db.0, Some(a.addr())));
+    // Each tree lives under a root process that outlives this test's calls.
+    a.spawn(move || {
+        microsync::start(oa).expect("tree starts");
+        expect::<()>();
+    })
+    .unwrap();
+    b.spawn(move || {
+        microsync::start(ob).expect("tree starts");
+        expect::<()>();
+    })
+    .unwrap();
+
+    put(&da.0, "first.txt", b"1\n");
+    converge(&da.0, &db.0, "before the crashes", |s| {
+        has(s, "first.txt", b"1\n")
+    });
+    let restart = |victim: &'static str| {
+        let old = a.whereis(victim).expect("running");
+        a.run(move || exit(old, ExitReason::Kill)).unwrap();
+        let t = Instant::now();
+        while a.whereis(victim).is_none_or(|p| p == old) {
+            assert!(t.elapsed() < BOUND, "{victim} was not restarted");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+
+    restart("accessor");
+    put(&da.0, "after-accessor.txt", b"a\n");
+    converge(&da.0, &db.0, "after the accessor", |s| {
+        has(s, "after-accessor.txt", b"a\n")
+    });
+
+    // b moves first.txt on (version 2@sb); then a's folder manager dies
+    // and forgets every version. Its fresh tracker announces 1@sa, b
+    // answers with 2@sb, and a catches up without a transfer...
+    put(&db.0, "first.txt", b"2\n");
+    converge(&da.0, &db.0, "b's edit", |s| has(s, "first.txt", b"2\n"));
+    restart("folder");
+    let t = Instant::now();
+    loop {
+        let v = a.run(|| microsync::version_of("first.txt")).unwrap();
+        if v.as_ref().is_some_and(|v| v.counter == 2 && v.node == "sb") {
+            break;
+        }
+        assert!(t.elapsed() < BOUND, "a's tracker holds {v:?}, not 2@sb");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // ...so that its next edit (3@sa) wins over b's 2@sb.
+    put(&da.0, "first.txt", b"3\n");
+    put(&da.0, "after-folder.txt", b"f\n");
+    converge(&da.0, &db.0, "after the folder manager", |s| {
+        has(s, "first.txt", b"3\n") && has(s, "after-folder.txt", b"f\n")
+    });
+    a.shutdown();
+    b.shutdown();
+}

@@ -159,6 +159,12 @@ pub fn start(opts: Options) -> Result<Pid, StartError> {
         .start()
 }
 
+/// The version this node holds of `path` (asks the tracker registered as
+/// `tracker:PATH`); `None` if no tracker runs for it. Call from a process.
+pub fn version_of(path: &str) -> Option<Version> {
+    tracker::version_of(path)
+}
+
 /// Seconds since the last event and the number of peers seen so far
 /// (for `--once`).
 pub fn quiet_for() -> Option<(Duration, u64)> {

@@ -9,11 +9,14 @@
 //!   write the new version (or delete the file, for a tombstone). Failed
 //!   fetches (the remote file changed meanwhile, a timeout) are retried a
 //!   few times; a newer announcement replaces a pending one.
+//! * On a remote announcement with a *lower* version it answers the
+//!   announcing tracker with its own, so a peer that fell behind (its
+//!   folder manager restarted and forgot the versions) catches up.
 //! * It serves [`ChunkRequest`]s from remote trackers out of its file.
 
 use super::accessor::{self, Done, Op};
 use super::chunk::{self, Hash, Manifest};
-use super::{event, folder, me, peer, Announce, ChunkReply, ChunkRequest, Version};
+use super::{event, folder, me, peer, Announce, ChunkReply, ChunkRequest, PeerMsg, Version};
 use graft_otp::prelude::*;
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -55,14 +58,18 @@ pub(crate) struct Tracker {
 }
 
 impl Tracker {
-    fn announce(&self) {
-        folder::holds(&self.path, self.manifest.is_some());
-        peer::broadcast(Announce {
+    fn announcement(&self) -> Announce {
+        Announce {
             path: self.path.clone(),
             version: self.version.clone(),
             manifest: self.manifest.clone(),
             tracker: self_pid(),
-        });
+        }
+    }
+
+    fn announce(&self) {
+        folder::holds(&self.path, self.manifest.is_some());
+        peer::broadcast(self.announcement());
     }
 
     fn scan(&mut self) {
@@ -100,7 +107,13 @@ impl Tracker {
     }
 
     fn remote(&mut self, a: Announce) {
-        if a.version <= self.version {
+        if a.version < self.version {
+            // The sender is behind (it restarted, or missed a broadcast):
+            // tell its tracker directly what we hold.
+            send(a.tracker, PeerMsg::Announce(self.announcement()));
+            return;
+        }
+        if a.version == self.version {
             return;
         }
         if matches!(&self.pending, Some((p, _)) if p.version >= a.version) {
@@ -224,18 +237,33 @@ impl Tracker {
 impl GenServer for Tracker {
     type Call = ();
     type Cast = TrackerMsg;
-    type Reply = ();
+    type Reply = Version;
 
     fn init(&mut self) -> Result<(), ExitReason> {
         // The name helps discovery and debugging; the folder manager's map
         // is what routes. (A tracker of a crashed folder may still hold it
         // for a moment.)
-        let _ = register(&format!("tracker:{}", self.path), self_pid());
+        // A tracker of a crashed folder manager may still hold the name
+        // for a moment (it dies at its next scheduling point): wait for it.
+        let name = format!("tracker:{}", self.path);
+        for _ in 0..20 {
+            if register(&name, self_pid()).is_ok() {
+                return Ok(());
+            }
+            if let Some(old) = whereis(&name) {
+                let m = monitor(old);
+                let _ = receive()
+                    .when(move |d: &ProcessDied| d.monitor == m, |_: ProcessDied| ())
+                    .timeout(Duration::from_millis(100));
+                demonitor_flush(m);
+            }
+        }
+        event(format!("{name} is taken: running unregistered"));
         Ok(())
     }
 
-    fn handle_call(&mut self, _: (), _: &ReplyTo<()>) -> CallResult<()> {
-        CallResult::Reply(())
+    fn handle_call(&mut self, _: (), _: &ReplyTo<Version>) -> CallResult<Version> {
+        CallResult::Reply(self.version.clone())
     }
 
     fn handle_cast(&mut self, msg: TrackerMsg) -> Flow {
@@ -247,15 +275,24 @@ impl GenServer for Tracker {
     }
 
     fn handle_info(&mut self, msg: Unknown) -> Flow {
-        match msg.downcast::<ChunkRequest>() {
-            Ok(r) => self.serve(r),
-            Err(msg) => {
-                if msg.downcast::<Retry>().is_ok() {
-                    self.try_fetch();
-                }
-                // Anything else (a late ChunkReply) is dropped.
+        let msg = match msg.downcast::<ChunkRequest>() {
+            Ok(r) => {
+                self.serve(r);
+                return Flow::Continue;
             }
+            Err(msg) => msg,
+        };
+        let msg = match msg.downcast::<PeerMsg>() {
+            Ok(PeerMsg::Announce(a)) => {
+                self.remote(a);
+                return Flow::Continue;
+            }
+            Err(msg) => msg,
+        };
+        if msg.downcast::<Retry>().is_ok() {
+            self.try_fetch();
         }
+        // Anything else (a late ChunkReply) is dropped.
         Flow::Continue
     }
 }
@@ -269,4 +306,10 @@ pub(crate) fn start(path: String) -> Result<Server<Tracker>, StartError> {
         pending: None,
         req: 0,
     })
+}
+
+/// The version the tracker registered for `path` holds.
+pub(crate) fn version_of(path: &str) -> Option<Version> {
+    let pid = whereis(&format!("tracker:{path}"))?;
+    Server::<Tracker>::from_pid(pid).call(()).ok()
 }
