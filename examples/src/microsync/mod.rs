@@ -31,10 +31,39 @@
 //! every node. A deletion is a version whose manifest is `None` (a
 //! tombstone), so it propagates and is ordered like an edit.
 //!
+//! A tracker that hears an *older* version than its own answers the
+//! announcing tracker with its version, so an instance whose folder
+//! manager restarted (and forgot its versions) catches up before its next
+//! edit is numbered.
+//!
 //! Trackers are processes of their own (rather than entries in one map
 //! server) so that a slow transfer of one file never holds up another, and
 //! so that a remote node can be handed a pid that answers for exactly one
 //! file.
+
+//! # Limits
+//!
+//! * Versions live in memory: a restarted instance rescans and starts its
+//!   counters at 1 (peers then tell it theirs, see above); an edit made
+//!   while the instance was down loses to any later version elsewhere.
+//! * An edit made while a fetch of the same file is in flight may be
+//!   overwritten by the fetched version (the scanner then sees the file
+//!   unchanged in content).
+//! * The peer process's replay cache is in memory too: if it restarts, a
+//!   peer that joins afterwards learns only versions announced since.
+//! * Only regular files are synchronised; empty directories are not.
+//!
+//! # Stack size
+//!
+//! Run instances with large process stacks (`NodeConfig::stack_size(1 <<
+//! 20)`, as the `microsync` bin does). A remote send of a message above the
+//! transport's compression threshold (a batch of chunks) deflates it on the
+//! *sending process's* stack, and in debug builds flate2/miniz_oxide
+//! builds its `CompressorOxide` on the stack before boxing it, which
+//! overflows the 64 KiB default and kills the whole node with SIGSEGV
+//! (the guard page). This is a runtime issue (the send path should not
+//! need more than a small fixed stack); until it is fixed, the larger
+//! stack is the workaround.
 
 pub mod chunk;
 
