@@ -17,6 +17,7 @@
 //! ```
 
 use graft_otp::prelude::*;
+use std::time::Duration;
 
 /// A request: divide `a` by `b`, answer to `from`.
 #[derive(Debug, Clone, Mobile)]
@@ -54,47 +55,37 @@ enum Step {
     Stop,
 }
 
+/// Answers a good request.
+fn divide(d: Div) -> Step {
+    println!("div_server: {} / {} = {}", d.a, d.b, d.a / d.b);
+    let result = Ok(d.a / d.b);
+    send(
+        d.from,
+        Quotient {
+            a: d.a,
+            b: d.b,
+            result,
+        },
+    );
+    Step::Served
+}
+
 fn server() {
     expect::<Go>();
     loop {
         // Good division requests first: a `Div` by zero does not match the
         // guard and stays in the mailbox; `Shutdown` waits while a good
         // request is pending (a zero-timeout receive looks for one first).
-        let served = receive()
-            .when(
-                |d: &Div| d.b != 0,
-                |d: Div| {
-                    println!("div_server: {} / {} = {}", d.a, d.b, d.a / d.b);
-                    send(
-                        d.from,
-                        Quotient {
-                            a: d.a,
-                            b: d.b,
-                            result: Ok(d.a / d.b),
-                        },
-                    );
-                    Step::Served
-                },
-            )
-            .timeout(std::time::Duration::ZERO);
-        if served.is_some() {
+        let good = |d: &Div| d.b != 0;
+        if receive()
+            .when(good, divide)
+            .timeout(Duration::ZERO)
+            .is_some()
+        {
             continue;
         }
         let step = receive()
-            .when(
-                |d: &Div| d.b != 0,
-                |d: Div| {
-                    send(
-                        d.from,
-                        Quotient {
-                            a: d.a,
-                            b: d.b,
-                            result: Ok(d.a / d.b),
-                        },
-                    );
-                    Step::Served
-                },
-            )
+            .when(good, divide)
             .on(|Shutdown| Step::Stop)
             .wait();
         if let Step::Stop = step {
@@ -103,7 +94,7 @@ fn server() {
     }
     // Pending work: the requests the guard left behind, in arrival order.
     let mut left = 0;
-    while let Some(d) = expect_timeout::<Div>(std::time::Duration::ZERO) {
+    while let Some(d) = expect_timeout::<Div>(Duration::ZERO) {
         left += 1;
         println!(
             "div_server: {} / {} left in the mailbox: answering with an error",
