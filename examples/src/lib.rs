@@ -75,3 +75,5 @@ impl NodeArgs {
         c
     }
 }
+
+pub mod microsync;
