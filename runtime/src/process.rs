@@ -158,7 +158,7 @@ pub(crate) struct Local {
     pub(crate) yielder: Option<*const ProcYielder>,
     /// Process-local storage, by type (made on first use: most processes
     /// never use it, and an empty map still costs a hasher seed).
-    pub(crate) storage: Option<Box<HashMap<TypeId, Box<dyn Any + Send>>>>,
+    pub(crate) storage: Option<HashMap<TypeId, Box<dyn Any + Send>>>,
     /// The process this one sent to last: a process usually talks to the
     /// same peer again (a ring, a server), and the cache skips the table.
     pub(crate) last_target: Option<std::sync::Arc<Process>>,
