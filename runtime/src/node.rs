@@ -30,7 +30,7 @@ use crate::coroutine::Coro;
 use crate::dist::{self, Dist, NetHandler};
 use crate::error::Error;
 use crate::exit::{ExitReason, ProcessDied};
-use crate::loom::{AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex, Ordering};
+use crate::loom::{AtomicBool, AtomicU64, Condvar, Mutex, Ordering};
 use crate::pid::{MonitorRef, NodeId, Pid};
 use crate::process::{ExitUnwind, Mail, Process};
 use crate::sched::blocking::BlockingPool;
@@ -168,8 +168,10 @@ pub(crate) struct NodeShared {
     pub(crate) dist: Dist,
     next_serial: AtomicU64,
     next_ref: AtomicU64,
-    /// Processes spawned and not yet finished.
-    live: AtomicUsize,
+    /// Processes spawned and not yet finished, striped per worker (plus one
+    /// stripe for other threads) so spawns and exits on different cores do
+    /// not share a cache line; a stripe may go negative, the sum cannot.
+    live: Vec<crossbeam_utils::CachePadded<std::sync::atomic::AtomicIsize>>,
     live_lock: Mutex<()>,
     live_cv: Condvar,
     pub(crate) stopping: AtomicBool,
@@ -208,7 +210,11 @@ impl NodeShared {
             .stacks
             .get(size)
             .map_err(|e| Error::Resource(format!("process stack: {e}")))?;
-        let serial = self.next_serial.fetch_add(1, Ordering::Relaxed);
+        let worker = context::worker().filter(|w| std::ptr::eq(&*w.node, self));
+        let serial = match worker {
+            Some(w) => w.next_serial(&self.next_serial),
+            None => self.next_serial.fetch_add(1, Ordering::Relaxed),
+        };
         let pid = Pid::new(self.id, self.creation, serial);
         let pinned = if spec.pinned {
             Some(context::worker().map_or(0, |w| w.index))
@@ -244,7 +250,8 @@ impl NodeShared {
                 meta.watchers.push(m);
             }
         }
-        self.live.fetch_add(1, Ordering::Relaxed);
+        self.live_stripe()
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.table.insert(p.clone());
         self.sched.push(p);
         Ok(pid)
@@ -351,7 +358,9 @@ impl NodeShared {
                 },
             );
         }
-        if self.live.fetch_sub(1, Ordering::AcqRel) == 1 && self.stopping.load(Ordering::SeqCst) {
+        self.live_stripe()
+            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        if self.stopping.load(Ordering::SeqCst) && self.live() == 0 {
             let _g = self.live_lock.lock();
             self.live_cv.notify_all();
         }
@@ -361,7 +370,7 @@ impl NodeShared {
     fn wait_all_exited(&self, deadline: Instant) -> bool {
         let mut g = self.live_lock.lock();
         loop {
-            if self.live.load(Ordering::SeqCst) == 0 {
+            if self.live() == 0 {
                 return true;
             }
             let now = Instant::now();
@@ -374,9 +383,22 @@ impl NodeShared {
         }
     }
 
-    /// Processes alive now.
+    /// Processes alive now (a sum over stripes: exact once quiet).
     pub(crate) fn live(&self) -> usize {
-        self.live.load(Ordering::Relaxed)
+        let n: isize = self
+            .live
+            .iter()
+            .map(|c| c.load(std::sync::atomic::Ordering::Acquire))
+            .sum();
+        n.max(0) as usize
+    }
+
+    /// This thread's stripe of the live count.
+    fn live_stripe(&self) -> &std::sync::atomic::AtomicIsize {
+        let i = context::worker()
+            .filter(|w| std::ptr::eq(&*w.node, self))
+            .map_or(self.live.len() - 1, |w| w.index);
+        &self.live[i]
     }
 
     /// Adds a timer.
@@ -475,7 +497,7 @@ impl Node {
             dist: Dist::new(),
             next_serial: AtomicU64::new(1),
             next_ref: AtomicU64::new(1),
-            live: AtomicUsize::new(0),
+            live: (0..=config.workers).map(|_| Default::default()).collect(),
             live_lock: Mutex::new(()),
             live_cv: Condvar::new(),
             stopping: AtomicBool::new(false),
@@ -507,6 +529,7 @@ impl Node {
                             local,
                             current: std::cell::Cell::new(std::ptr::null()),
                             rounds: std::cell::Cell::new(0),
+                            serials: std::cell::Cell::new((0, 0)),
                         }
                         .run()
                     })?,
@@ -703,11 +726,13 @@ impl Node {
             }
         }
         s.blocking.stop();
-        // Whatever is left never ran to its end: unwind it here.
+        // Whatever is left never ran to its end: unwind it here, now, while
+        // its stack pool lives (someone may still hold the entry itself).
         for p in s.table.drain() {
-            drop(p);
+            p.forced_drop.store(true, Ordering::SeqCst);
+            // SAFETY: every worker has stopped: nothing resumes `p` any more.
+            drop(unsafe { p.coro_mut() }.take());
         }
-        s.stacks.clear();
         log::info!("graft: node {} stopped", s.name);
     }
 }

@@ -61,8 +61,8 @@ pub(crate) fn round_size(requested: usize) -> usize {
     requested.max(16 * 1024).div_ceil(page) * page
 }
 
-/// One mmap'd region holding several stacks; unmapped when the last stack
-/// carved from it is gone (the pool and every live stack hold an `Arc`).
+/// One mmap'd region holding several stacks; unmapped when its pool is
+/// dropped (a pool outlives every stack it handed out: see [`Stack`]).
 #[derive(Debug)]
 struct Slab {
     addr: usize,
@@ -71,8 +71,8 @@ struct Slab {
 
 impl Drop for Slab {
     fn drop(&mut self) {
-        // SAFETY: `addr`/`len` describe a mapping made by `Slab::map` that no
-        // stack uses any more (every stack holds an `Arc<Slab>`).
+        // SAFETY: `addr`/`len` describe a mapping made by `Slab::map`; its
+        // pool is being dropped, so no stack from it is in use any more.
         unsafe {
             libc::munmap(self.addr as *mut libc::c_void, self.len);
         }
@@ -81,7 +81,7 @@ impl Drop for Slab {
 
 impl Slab {
     /// Maps `count` stacks of `size` usable bytes, each above a guard page.
-    fn map(size: usize, count: usize, prefault: bool) -> io::Result<(Arc<Slab>, Vec<usize>)> {
+    fn map(size: usize, count: usize, prefault: bool) -> io::Result<(Slab, Vec<usize>)> {
         let page = page_size();
         let stride = size + GUARD_PAGES * page;
         let len = stride * count;
@@ -107,10 +107,10 @@ impl Slab {
         if addr == libc::MAP_FAILED {
             return Err(map_limit_error(io::Error::last_os_error()));
         }
-        let slab = Arc::new(Slab {
+        let slab = Slab {
             addr: addr as usize,
             len,
-        });
+        };
         let mut tops = Vec::with_capacity(count);
         for i in 0..count {
             let guard = slab.addr + i * stride;
@@ -201,25 +201,37 @@ fn map_limit_error(err: io::Error) -> io::Error {
 }
 
 /// A process stack: `[top - size, top)` is read/write, a guard page lies
-/// below it.
+/// below it. Dropping it returns it to its pool.
+///
+/// A stack points to its pool without a reference count (a shared count
+/// would be a cache line that every spawn and exit on every core writes):
+/// the pool must outlive its stacks. A node's pool lives in the node, which
+/// drops every process (and so every stack) before itself; the generator
+/// pool is a static.
 #[derive(Debug)]
 pub(crate) struct Stack {
     top: usize,
     size: usize,
-    slab: Arc<Slab>,
-    pool: Arc<StackPool>,
+    pool: *const StackPool,
 }
+
+// SAFETY: a `Stack` is a unique claim on a memory region plus a pointer to
+// a `Sync` pool that outlives it (see above); moving it to another thread
+// moves the claim.
+unsafe impl Send for Stack {}
 
 impl Drop for Stack {
     fn drop(&mut self) {
-        self.pool.give_back(self.top, self.size, self.slab.clone());
+        // SAFETY: the pool outlives its stacks (type docs).
+        unsafe { &*self.pool }.give_back(self.top, self.size);
     }
 }
 
 // SAFETY: `base` is the top of a read/write region of `size` bytes and `limit`
 // is its bottom minus the guard page; both are page aligned (hence aligned to
-// STACK_ALIGNMENT), the region stays mapped while the `Arc<Slab>` lives, and
-// no two live `Stack`s share a region (the pool hands each one out once).
+// STACK_ALIGNMENT), the region stays mapped while its pool lives (which
+// outlives the stack), and no two live `Stack`s share a region (the pool
+// hands each one out once).
 unsafe impl corosensei::stack::Stack for Stack {
     fn base(&self) -> corosensei::stack::StackPointer {
         corosensei::stack::StackPointer::new(self.top).expect("stack top is non-zero")
@@ -230,15 +242,48 @@ unsafe impl corosensei::stack::Stack for Stack {
     }
 }
 
-/// Free stacks of one size: (top, the slab it lies in).
-type FreeList = Vec<(usize, Arc<Slab>)>;
+/// Free-list shards: a thread uses its own shard first, so two cores
+/// spawning and exiting at once rarely meet on a lock.
+const SHARDS: usize = 8;
+
+/// This thread's shard (threads get shards round-robin).
+fn my_shard() -> usize {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    thread_local! {
+        static SHARD: usize =
+            NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % SHARDS;
+    }
+    SHARD.with(|s| *s)
+}
+
+/// Free stacks (tops) by size, in one shard.
+#[derive(Debug, Default)]
+struct Shard {
+    /// (size, free tops); a node uses one or two sizes, so a short vector
+    /// beats a map.
+    free: Vec<(usize, Vec<usize>)>,
+}
+
+impl Shard {
+    fn list(&mut self, size: usize) -> &mut Vec<usize> {
+        match self.free.iter().position(|(s, _)| *s == size) {
+            Some(i) => &mut self.free[i].1,
+            None => {
+                self.free.push((size, Vec::new()));
+                &mut self.free.last_mut().expect("just pushed").1
+            }
+        }
+    }
+}
 
 /// Free stacks by size, shared by all workers of one node.
 #[derive(Debug, Default)]
 pub(crate) struct StackPool {
-    /// (size, free stacks of that size); a node uses one or two sizes, so a
-    /// short vector beats a map.
-    free: Mutex<Vec<(usize, FreeList)>>,
+    shards: [Mutex<Shard>; SHARDS],
+    /// Every slab this pool mapped (unmapped when the pool drops).
+    slabs: Mutex<Vec<Slab>>,
+    /// Stacks of the default size free in all shards (refill trigger).
+    free_default: std::sync::atomic::AtomicUsize,
     /// The size the refill thread stocks (0: no refill thread).
     default_size: usize,
     refill: Mutex<Refill>,
@@ -261,60 +306,57 @@ impl StackPool {
         })
     }
 
-    /// A stack of at least `size` bytes (already rounded by [`round_size`]).
-    pub(crate) fn get(self: &Arc<Self>, size: usize) -> io::Result<Stack> {
-        let popped = {
-            let mut free = self.free.lock();
-            let list = free.iter_mut().find(|(s, _)| *s == size).map(|(_, l)| l);
-            match list {
-                Some(list) => {
-                    let left = list.len();
-                    list.pop().map(|t| (t, left))
-                }
-                None => None,
+    fn count(&self, size: usize, delta: isize) {
+        if size == self.default_size {
+            use std::sync::atomic::Ordering::Relaxed;
+            if delta > 0 {
+                self.free_default.fetch_add(delta as usize, Relaxed);
+            } else {
+                self.free_default.fetch_sub((-delta) as usize, Relaxed);
             }
-        };
-        if size == self.default_size && popped.as_ref().is_none_or(|(_, left)| *left < REFILL_LOW) {
-            self.want_refill();
         }
-        if let Some(((top, slab), _)) = popped {
-            return Ok(Stack {
-                top,
-                size,
-                slab,
-                pool: self.clone(),
-            });
+    }
+
+    /// A stack of at least `size` bytes (already rounded by [`round_size`]).
+    /// The pool must outlive it (see [`Stack`]).
+    pub(crate) fn get(self: &Arc<Self>, size: usize) -> io::Result<Stack> {
+        let me = my_shard();
+        let mut found = None;
+        for k in 0..SHARDS {
+            let mut shard = self.shards[(me + k) % SHARDS].lock();
+            if let Some(top) = shard.list(size).pop() {
+                found = Some(top);
+                break;
+            }
+        }
+        let pool: *const StackPool = Arc::as_ptr(self);
+        if size == self.default_size {
+            // Relaxed: the count only decides when to wake the refill thread.
+            let left = self.free_default.load(std::sync::atomic::Ordering::Relaxed);
+            if found.is_none() || left < REFILL_LOW {
+                self.want_refill();
+            }
+        }
+        if let Some(top) = found {
+            self.count(size, -1);
+            return Ok(Stack { top, size, pool });
         }
         let count = (4 * 1024 * 1024 / size).clamp(1, STACKS_PER_SLAB);
         let (slab, mut tops) = Slab::map(size, count, false)?;
         let top = tops.pop().expect("a slab holds at least one stack");
-        self.add_free(size, slab.clone(), tops);
-        Ok(Stack {
-            top,
-            size,
-            slab,
-            pool: self.clone(),
-        })
+        self.add_free(me, size, slab, tops);
+        Ok(Stack { top, size, pool })
     }
 
-    fn add_free(&self, size: usize, slab: Arc<Slab>, tops: Vec<usize>) -> usize {
-        let mut free = self.free.lock();
-        let list = match free.iter_mut().position(|(s, _)| *s == size) {
-            Some(i) => &mut free[i].1,
-            None => {
-                free.push((size, Vec::new()));
-                &mut free.last_mut().expect("just pushed").1
-            }
-        };
-        list.extend(tops.into_iter().map(|t| (t, slab.clone())));
-        list.len()
+    fn add_free(&self, shard: usize, size: usize, slab: Slab, tops: Vec<usize>) {
+        self.slabs.lock().push(slab);
+        self.count(size, tops.len() as isize);
+        self.shards[shard].lock().list(size).extend(tops);
     }
 
-    fn give_back(&self, top: usize, size: usize, slab: Arc<Slab>) {
-        let mut free = self.free.lock();
-        if let Some((_, list)) = free.iter_mut().find(|(s, _)| *s == size) {
-            list.push((top, slab));
-        }
+    fn give_back(&self, top: usize, size: usize) {
+        self.shards[my_shard()].lock().list(size).push(top);
+        self.count(size, 1);
     }
 
     fn want_refill(&self) {
@@ -327,10 +369,12 @@ impl StackPool {
     }
 
     /// The refill thread's loop: stock `REFILL_HIGH` stacks of the default
-    /// size whenever asked, until [`StackPool::stop`].
+    /// size whenever asked, until [`StackPool::stop`]. It spreads them over
+    /// the shards.
     pub(crate) fn run_refill(&self) {
         let size = self.default_size;
         let count = (4 * 1024 * 1024 / size).clamp(1, STACKS_PER_SLAB);
+        let mut next_shard = 0;
         loop {
             {
                 let mut r = self.refill.lock();
@@ -341,12 +385,11 @@ impl StackPool {
                     return;
                 }
             }
-            loop {
+            while self.free_default.load(std::sync::atomic::Ordering::Relaxed) < REFILL_HIGH {
                 match Slab::map(size, count, true) {
                     Ok((slab, tops)) => {
-                        if self.add_free(size, slab, tops) >= REFILL_HIGH {
-                            break;
-                        }
+                        self.add_free(next_shard, size, slab, tops);
+                        next_shard = (next_shard + 1) % SHARDS;
                     }
                     Err(_) => break, // logged by map_limit_error; spawn reports it
                 }
@@ -358,16 +401,10 @@ impl StackPool {
         }
     }
 
-    /// Stops the refill thread and drops every pooled stack (mappings go
-    /// when their last stack does).
+    /// Stops the refill thread.
     pub(crate) fn stop(&self) {
         self.refill.lock().stop = true;
         self.refill_cv.notify_all();
-    }
-
-    /// Drops every pooled stack.
-    pub(crate) fn clear(&self) {
-        self.free.lock().clear();
     }
 }
 

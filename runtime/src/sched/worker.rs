@@ -28,6 +28,8 @@ pub(crate) struct WorkerCtx {
     pub(crate) current: Cell<*const Process>,
     /// Scheduling rounds, for `GLOBAL_EVERY`.
     pub(crate) rounds: Cell<u32>,
+    /// Pid serials reserved for spawns on this worker: `[next, end)`.
+    pub(crate) serials: Cell<(u64, u64)>,
 }
 
 impl std::fmt::Debug for WorkerCtx {
@@ -38,7 +40,23 @@ impl std::fmt::Debug for WorkerCtx {
     }
 }
 
+/// Pid serials a worker takes from the node's counter at once (one shared
+/// atomic per `SERIAL_BLOCK` spawns instead of per spawn).
+const SERIAL_BLOCK: u64 = 1024;
+
 impl WorkerCtx {
+    /// A fresh pid serial for a spawn on this worker.
+    #[inline]
+    pub(crate) fn next_serial(&self, node_counter: &crate::loom::AtomicU64) -> u64 {
+        let (mut next, mut end) = self.serials.get();
+        if next == end {
+            next = node_counter.fetch_add(SERIAL_BLOCK, Ordering::Relaxed);
+            end = next + SERIAL_BLOCK;
+        }
+        self.serials.set((next + 1, end));
+        next
+    }
+
     pub(crate) fn sched(&self) -> &Scheduler {
         &self.node.sched
     }
