@@ -32,6 +32,8 @@ fn counter() {
         &out,
         "counter: after stop, a call fails: no such gen_server",
     );
+    assert_has(&out, "counter: remote counter runs on the other node: true");
+    assert_has(&out, "counter: remote value = 155");
 }
 
 #[test]

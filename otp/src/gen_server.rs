@@ -676,13 +676,15 @@ where
         }
     }
 
-    /// [`Server::cast`] for a server on any node (never blocks, never fails:
-    /// a cast to a dead server or an unreachable node is dropped).
+    /// [`Server::cast`] for a server on any node. Never fails (a cast to a
+    /// dead server or an unreachable node is dropped). For a remote server
+    /// it returns once the cast is in the server's mailbox (one round trip),
+    /// so casts and calls from one process keep their order, as in Erlang.
     pub fn cast_remote(&self, msg: S::Cast) {
         if self.pid.node() == graft::this_node() {
             return self.cast(msg);
         }
-        let r = graft::spawn_on(
+        let r = graft::call_on(
             self.pid.node(),
             (self.pid, msg),
             |(pid, msg): (Pid, S::Cast)| Server::<S>::from_pid(pid).cast(msg),

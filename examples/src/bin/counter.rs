@@ -1,11 +1,12 @@
-//! The paper's counter server, as a gen_server on one node: clients add to
-//! it with casts and read it with calls.
+//! The paper's counter server, as a gen_server: clients add to it with casts
+//! and read it with calls, first on one node, then on another node (the
+//! server itself travels there with `gen_server::start_on`).
 //!
 //! Run with `cargo run -p graft-examples --bin counter`.
 use graft_otp::prelude::*;
 
 /// The server's state: the count.
-#[derive(Default)]
+#[derive(Default, Mobile)]
 struct Counter {
     count: i64,
 }
@@ -92,5 +93,26 @@ fn main() {
         }
     })
     .expect("the root process finishes");
+
+    // The same server on another node (over TCP on 127.0.0.1).
+    let other = Node::start(NodeConfig::new("127.0.0.1:0")).expect("node starts");
+    let other_id = node.connect(other.addr()).expect("connect");
+    node.run(move || {
+        let counter =
+            gen_server::start_on(other_id, Counter { count: 100 }).expect("starts remotely");
+        println!(
+            "counter: remote counter runs on the other node: {}",
+            counter.pid().node() == other_id
+        );
+        for n in 1..=10 {
+            counter.cast_remote(n);
+        }
+        println!(
+            "counter: remote value = {}",
+            counter.call_remote(Query::Get).expect("remote get")
+        );
+    })
+    .expect("the root process finishes");
+    other.shutdown();
     node.shutdown();
 }
