@@ -412,11 +412,7 @@ pub fn monitor(pid: Pid) -> MonitorRef {
     unsafe { me.local() }.monitors.push((r, pid));
     if !n.is_local(pid) {
         if !n.dist.monitor(me.pid, pid, r) {
-            let reason = if n.dist.creation_of(pid.node()).is_some() {
-                ExitReason::NoProc // connected, but to a later incarnation
-            } else {
-                ExitReason::NoConnection
-            };
+            let reason = remote_failure(n, pid);
             me.deliver(Mail::Down(ProcessDied {
                 pid,
                 reason,
@@ -425,19 +421,7 @@ pub fn monitor(pid: Pid) -> MonitorRef {
         }
         return r;
     }
-    let added = n.is_local(pid)
-        && pid.creation() == n.creation
-        && n.table
-            .with(pid.serial(), |t| {
-                let mut m = t.meta.lock();
-                if m.exited {
-                    false
-                } else {
-                    m.watchers.push((r, me.pid));
-                    true
-                }
-            })
-            .unwrap_or(false);
+    let added = n.with_live_meta(pid, |m| m.watchers.push((r, me.pid)));
     if !added {
         me.deliver(Mail::Down(ProcessDied {
             pid,
@@ -446,6 +430,16 @@ pub fn monitor(pid: Pid) -> MonitorRef {
         }));
     }
     r
+}
+
+/// Why a monitor or link on a remote pid could not be made: its node is
+/// connected, but in a later incarnation (`NoProc`), or not connected.
+fn remote_failure(n: &NodeShared, pid: Pid) -> ExitReason {
+    if n.dist.creation_of(pid.node()).is_some() {
+        ExitReason::NoProc
+    } else {
+        ExitReason::NoConnection
+    }
 }
 
 /// Cancels a monitor. Once this returns, no `ProcessDied` for it that was
@@ -499,11 +493,7 @@ pub fn link(pid: Pid) {
     let n = node();
     if !n.is_local(pid) {
         if !n.dist.link(me.pid, pid) {
-            let reason = if n.dist.creation_of(pid.node()).is_some() {
-                ExitReason::NoProc
-            } else {
-                ExitReason::NoConnection
-            };
+            let reason = remote_failure(n, pid);
             me.deliver(Mail::Signal {
                 from: pid,
                 reason,
@@ -512,21 +502,11 @@ pub fn link(pid: Pid) {
         }
         return;
     }
-    let added = n.is_local(pid)
-        && pid.creation() == n.creation
-        && n.table
-            .with(pid.serial(), |t| {
-                let mut m = t.meta.lock();
-                if m.exited {
-                    false
-                } else {
-                    if !m.links.contains(&me.pid) {
-                        m.links.push(me.pid);
-                    }
-                    true
-                }
-            })
-            .unwrap_or(false);
+    let added = n.with_live_meta(pid, |m| {
+        if !m.links.contains(&me.pid) {
+            m.links.push(me.pid);
+        }
+    });
     if !added {
         me.deliver(Mail::Signal {
             from: pid,

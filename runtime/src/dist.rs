@@ -531,15 +531,7 @@ fn on_ctl(n: &std::sync::Arc<NodeShared>, peer: &PeerInfo, from: NodeId, c: Ctl)
             }
         }
         Ctl::Monitor { watcher, target, r } => {
-            let added = n.local_process(target).is_some_and(|t| {
-                let mut m = t.meta.lock();
-                if m.exited {
-                    false
-                } else {
-                    m.watchers.push((r, watcher));
-                    true
-                }
-            });
+            let added = n.with_live_meta(target, |m| m.watchers.push((r, watcher)));
             if !added {
                 let _ = n.dist.send_ctl(
                     from,
@@ -575,15 +567,9 @@ fn on_ctl(n: &std::sync::Arc<NodeShared>, peer: &PeerInfo, from: NodeId, c: Ctl)
             }
         }
         Ctl::Link { from: remote, to } => {
-            let added = n.local_process(to).is_some_and(|t| {
-                let mut m = t.meta.lock();
-                if m.exited {
-                    false
-                } else {
-                    if !m.links.contains(&remote) {
-                        m.links.push(remote);
-                    }
-                    true
+            let added = n.with_live_meta(to, |m| {
+                if !m.links.contains(&remote) {
+                    m.links.push(remote);
                 }
             });
             if added {

@@ -274,6 +274,29 @@ impl NodeShared {
         }
     }
 
+    /// Runs `f` on the bookkeeping of the live local process `pid`, under
+    /// its lock; `false` (and `f` not run) if there is none: not of this
+    /// node or incarnation, gone, or already exiting.
+    pub(crate) fn with_live_meta(
+        &self,
+        pid: Pid,
+        f: impl FnOnce(&mut crate::process::Meta),
+    ) -> bool {
+        if !self.is_local(pid) || pid.creation() != self.creation {
+            return false;
+        }
+        self.table
+            .with(pid.serial(), |t| {
+                let mut m = t.meta.lock();
+                if m.exited {
+                    return false;
+                }
+                f(&mut m);
+                true
+            })
+            .unwrap_or(false)
+    }
+
     /// The live process `pid` names on this node.
     #[inline]
     pub(crate) fn local_process(&self, pid: Pid) -> Option<Arc<Process>> {
