@@ -77,3 +77,4 @@ impl NodeArgs {
 }
 
 pub mod microsync;
+pub mod work_pool;

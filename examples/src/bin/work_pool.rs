@@ -19,154 +19,9 @@
 //! work_pool [--nodes K] [--to N] [--units U]
 //! ```
 
-use graft::graph::MobileFnOnce;
+use graft_examples::work_pool;
 use graft_otp::prelude::*;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
-
-/// A worker's request for work, carrying the result of its previous unit.
-#[derive(Debug, Clone, Mobile)]
-struct Ask {
-    /// The worker.
-    worker: Pid,
-    /// `(unit, primes found)` of the unit it just finished.
-    done: Option<(u32, u64)>,
-}
-
-/// The master's answer to an [`Ask`].
-#[derive(Debug, Mobile)]
-enum Work {
-    /// Run this unit.
-    Unit(u32, MobileFnOnce<u64>),
-    /// No work left: stop.
-    Done,
-}
-
-/// Is `n` prime? (Trial division: the point is to burn CPU evenly.)
-fn is_prime(n: u64) -> bool {
-    if n < 4 {
-        return n >= 2;
-    }
-    if n.is_multiple_of(2) {
-        return false;
-    }
-    let mut d = 3;
-    while d * d <= n {
-        if n.is_multiple_of(d) {
-            return false;
-        }
-        d += 2;
-    }
-    true
-}
-
-/// The number of primes in `[lo, hi)`.
-fn count_primes(lo: u64, hi: u64) -> u64 {
-    (lo..hi).filter(|&n| is_prime(n)).count() as u64
-}
-
-/// A worker: asks the master for units until told `Done`.
-fn worker(master: Pid) {
-    let me = self_pid();
-    let mut done = None;
-    loop {
-        send(master, Ask { worker: me, done });
-        match expect::<Work>() {
-            Work::Unit(id, unit) => done = Some((id, unit.call())),
-            Work::Done => return,
-        }
-    }
-}
-
-/// Runs the pool on `nodes`: returns the total count.
-fn pool(nodes: &[NodeId], to: u64, units: u32) -> u64 {
-    let step = to.div_ceil(u64::from(units)).max(1);
-    let mut queue: Vec<(u32, u64, u64)> = (0..units)
-        .map(|i| (i, u64::from(i) * step, (u64::from(i + 1) * step).min(to)))
-        .filter(|&(_, lo, hi)| lo < hi)
-        .rev()
-        .collect();
-    let total_units = queue.len();
-    let master = self_pid();
-    let mut workers = Vec::new();
-    for &n in nodes {
-        let w = graft::spawn_on(n, master, worker).expect("spawn a worker");
-        workers.push((w, monitor(w), None::<(u32, u64, u64)>));
-    }
-    let (mut sum, mut finished) = (0u64, 0usize);
-    while finished < total_units {
-        let msg = receive()
-            .on(|a: Ask| Ok(a))
-            .on(|d: ProcessDied| Err(d))
-            .wait();
-        match msg {
-            Ok(Ask { worker, done }) => {
-                let slot = workers.iter_mut().find(|w| w.0 == worker);
-                let Some(slot) = slot else { continue };
-                if let Some((_, count)) = done {
-                    sum += count;
-                    finished += 1;
-                }
-                slot.2 = queue.pop();
-                match slot.2 {
-                    Some((id, lo, hi)) => {
-                        let unit = MobileFnOnce::new((lo, hi), |(lo, hi)| count_primes(lo, hi));
-                        send(worker, Work::Unit(id, unit));
-                    }
-                    None => send(worker, Work::Done),
-                }
-            }
-            Err(died) => {
-                if let Some(i) = workers.iter().position(|w| w.1 == died.monitor) {
-                    let (pid, _, unit) = workers.swap_remove(i);
-                    if let Some(u) = unit {
-                        eprintln!(
-                            "work_pool: worker {pid} died ({}); unit {} goes back",
-                            died.reason, u.0
-                        );
-                        queue.push(u);
-                    }
-                    assert!(!workers.is_empty(), "work_pool: every worker died");
-                }
-            }
-        }
-    }
-    for (w, m, _) in workers {
-        demonitor(m);
-        send(w, Work::Done);
-    }
-    sum
-}
-
-/// Worker mode: join the master and serve until it goes away.
-fn serve(args: &graft_examples::NodeArgs) -> ! {
-    let join = args.join.expect("--worker needs --join");
-    let node = Node::start(args.config().workers(1)).expect("worker node starts");
-    let master = node.connect(join).unwrap_or_else(|e| {
-        eprintln!("work_pool worker: cannot join {join}: {e}");
-        std::process::exit(1)
-    });
-    // A worker never outlives its master (nor an hour).
-    let start = Instant::now();
-    while node.nodes().contains(&master) && start.elapsed() < Duration::from_secs(3600) {
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    std::process::exit(0)
-}
-
-/// Kills and reaps the worker processes, even on a panic.
-struct Children(Vec<Child>);
-
-impl Drop for Children {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-        }
-        for c in &mut self.0 {
-            let _ = c.wait();
-        }
-    }
-}
+use std::time::Instant;
 
 fn main() {
     env_logger::init();
@@ -175,7 +30,7 @@ fn main() {
         std::process::exit(2)
     });
     if args.get("--worker").is_some() {
-        serve(&args);
+        work_pool::serve(&args);
     }
     let num = |flag: &str, default: u64| -> u64 {
         args.get(flag)
@@ -192,34 +47,7 @@ fn main() {
             .cookie(&cookie),
     )
     .expect("master node starts");
-    let exe = std::env::current_exe().expect("current_exe");
-    let mut children = Children(Vec::new());
-    for i in 0..k {
-        let child = Command::new(&exe)
-            .args(["--worker", "--join", &node.addr().to_string()])
-            .args([
-                "--cookie",
-                &cookie,
-                "--name",
-                &format!("worker{i}@127.0.0.1"),
-            ])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("start a worker process");
-        children.0.push(child);
-    }
-    let t = Instant::now();
-    while node.nodes().len() < k {
-        assert!(
-            t.elapsed() < Duration::from_secs(30),
-            "work_pool: only {} of {k} worker nodes joined",
-            node.nodes().len()
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let mut workers = node.nodes();
-    workers.sort();
+    let (workers, children) = work_pool::start_workers(&node, k, &cookie);
     println!("work_pool: {k} worker node(s) joined; counting primes below {to} in {units} units");
 
     let mut rows = Vec::new();
@@ -227,12 +55,12 @@ fn main() {
         let on = workers[..n].to_vec();
         let t = Instant::now();
         let count = node
-            .run(move || pool(&on, to, units))
+            .run(move || work_pool::pool(&on, to, units))
             .expect("the master finishes");
         rows.push((n, count, t.elapsed()));
     }
     let t = Instant::now();
-    let expected = count_primes(0, to);
+    let expected = work_pool::count_primes(0, to);
     let seq = t.elapsed();
     println!(
         "work_pool: sequential count {expected} in {} ms",
