@@ -25,9 +25,18 @@
 //! * [`Node`]: owns the scheduler threads, the timer, the blocking pool and
 //!   every process. [`Node::run`] runs a root process and returns its value.
 //! * [`Pid`]: names a process for ever (pids are never reused).
-//! * Messages: any `Send + 'static` value ([`Message`]); [`send`] never
-//!   blocks; [`receive`] is selective (by type, then guard), [`expect`] takes
-//!   the next message of one type.
+//! * Messages ([`Message`]): any [`Mobile`] value (`#[derive(Mobile)]`),
+//!   passed by pointer on its node and encoded as a graph for another node;
+//!   [`Local<T>`](Local) for values that must stay on their node. [`send`]
+//!   never blocks; [`receive`] is selective (by type, then guard), [`expect`]
+//!   takes the next message of one type.
+//! * Distribution: [`Node::connect`] / [`connect`] join a full mesh over TCP
+//!   (cookie-authenticated); [`spawn_on`] and [`call_on`] run a body on
+//!   another node (its environment travels explicitly; the code reference is
+//!   checked against the build); pids, monitors, links and registered names
+//!   ([`send_to`]) work across nodes; losing a node is `NoConnection`.
+//! * Mobile values and functions: [`graph`] (sharing and cycles kept,
+//!   descriptors checked before decoding, [`graph::MobileFn`]).
 //! * Failure: [`monitor`] gives [`ProcessDied`]; [`link`] ties lifetimes;
 //!   [`trap_exits`] turns exit signals into [`ExitSignal`] messages;
 //!   [`exit`] sends a signal.
