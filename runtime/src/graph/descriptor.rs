@@ -166,8 +166,31 @@ impl Describer {
     }
 }
 
+type Last = std::cell::Cell<Option<(TypeId, &'static Descriptor)>>;
+
+thread_local! {
+    static LAST: Last = const { std::cell::Cell::new(None) };
+}
+
+// Not inlined: the caller may be a green thread that moves between threads
+// across a yield, so the thread-local's address must be computed afresh at
+// each use (see the runtime's `context.rs`).
+#[inline(never)]
+fn last_descriptor() -> Option<(TypeId, &'static Descriptor)> {
+    LAST.with(|l| l.get())
+}
+
+#[inline(never)]
+fn set_last_descriptor(ty: TypeId, d: &'static Descriptor) {
+    LAST.with(|l| l.set(Some((ty, d))));
+}
+
 /// The descriptor of `T`, computed once per type and cached for the life of
 /// the process.
+///
+/// A one-entry cache per thread (the last type asked for) lets a stream of
+/// messages of one type skip the shared lock (two atomic writes on a line
+/// every thread shares).
 ///
 /// ```
 /// use graft::graph::descriptor_of;
@@ -176,9 +199,20 @@ impl Describer {
 pub fn descriptor_of<T: Mobile>() -> &'static Descriptor {
     type Cache = RwLock<HashMap<TypeId, &'static Descriptor, ahash::RandomState>>;
     static CACHE: OnceLock<Cache> = OnceLock::new();
-    let cache = CACHE.get_or_init(Default::default);
     let ty = TypeId::of::<T>();
-    if let Some(d) = cache.read().unwrap_or_else(|e| e.into_inner()).get(&ty) {
+    if let Some((t, d)) = last_descriptor() {
+        if t == ty {
+            return d;
+        }
+    }
+    let cache = CACHE.get_or_init(Default::default);
+    let found = cache
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(&ty)
+        .copied();
+    if let Some(d) = found {
+        set_last_descriptor(ty, d);
         return d;
     }
     let mut b = Describer::default();

@@ -100,7 +100,14 @@ impl std::fmt::Debug for Share {
 impl Default for Share {
     fn default() -> Self {
         Share {
-            ids: HashMap::default(),
+            // Fixed seeds: the keys are our own pointers (no flooding to
+            // fear), and a fresh random state costs a shared atomic each time.
+            ids: HashMap::with_hasher(ahash::RandomState::with_seeds(
+                0x243f_6a88_85a3_08d3,
+                0x1319_8a2e_0370_7344,
+                0xa409_3822_299f_31d0,
+                0x082e_fa98_ec4e_6c89,
+            )),
             // Pointer 0 is never an `Arc`'s.
             recent: [(0, 0); RECENT],
             ptrs: Vec::new(),
