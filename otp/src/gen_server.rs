@@ -836,9 +836,9 @@ pub fn start_named<S: GenServer>(name: &str, server: S) -> Result<Server<S>, Sta
 fn start_inner<S: GenServer>(server: S, name: Option<String>) -> Result<Server<S>, StartError> {
     let parent = self_pid();
     let tag = graft::make_ref();
-    let pid = spawn_opts()
+    let (pid, m) = spawn_opts()
         .link()
-        .spawn(move || {
+        .spawn_monitor(move || {
             let mut server = server;
             let fail = |error: StartError| {
                 // Unlink first: the starter hears about the failure from
@@ -884,7 +884,6 @@ fn start_inner<S: GenServer>(server: S, name: Option<String>) -> Result<Server<S
             }
         })
         .map_err(|e| StartError::Spawn(e.to_string()))?;
-    let m = monitor(pid);
     let result = receive()
         .when(move |a: &InitAck| a.tag == tag, |a: InitAck| a.result)
         .when(

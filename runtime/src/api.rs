@@ -169,6 +169,30 @@ impl SpawnOpts {
         self.spec.trap_exits = true;
         self
     }
+    /// Spawns `f` and monitors it, the monitor made before `f` can run
+    /// (with [`SpawnOpts::link`], the link too).
+    ///
+    /// # Errors
+    ///
+    /// As [`SpawnOpts::spawn`].
+    pub fn spawn_monitor<F: FnOnce() + Send + 'static>(
+        mut self,
+        f: F,
+    ) -> Result<(Pid, MonitorRef), Error> {
+        let me = current("spawn_monitor");
+        let n = node();
+        let r = n.make_ref();
+        self.spec.monitor = Some((r, me.pid));
+        let linked = self.spec.link.is_some();
+        let pid = n.spawn(self.spec, f)?;
+        if linked {
+            me.meta.lock().links.push(pid);
+        }
+        // SAFETY: `me` is the running process.
+        unsafe { me.local() }.monitors.push((r, pid));
+        Ok((pid, r))
+    }
+
     /// Spawns `f`.
     ///
     /// # Errors
@@ -224,37 +248,15 @@ pub fn spawn_link<F: FnOnce() + Send + 'static>(f: F) -> Pid {
     spawn_or_exit(SpawnOpts::default().link(), f)
 }
 
-/// Spawns and monitors in one step (Erlang's `spawn_monitor`).
+/// Spawns and monitors in one step (Erlang's `spawn_monitor`): the monitor
+/// exists before the child runs, so even a child that dies at once is
+/// reported with its real reason, never `NoProc`.
+///
+/// If the process cannot be started the caller exits, as with [`spawn`].
 pub fn spawn_monitor<F: FnOnce() + Send + 'static>(f: F) -> (Pid, MonitorRef) {
-    let me = current("spawn_monitor");
-    let r = node().make_ref();
-    let spec = SpawnSpec {
-        monitor: Some((r, me.pid)),
-        ..SpawnSpec::default()
-    };
-    // SAFETY: `me` is the running process.
-    unsafe { me.local() }
-        .monitors
-        .push((r, Pid::new(node().id, 0, 0)));
-    match node().spawn(spec, f) {
-        Ok(pid) => {
-            // SAFETY: as above.
-            let mons = &mut unsafe { me.local() }.monitors;
-            if let Some(m) = mons.iter_mut().find(|(mr, _)| *mr == r) {
-                m.1 = pid;
-            }
-            (pid, r)
-        }
-        Err(e) => {
-            log::error!("graft: spawn failed: {e}");
-            let pid = Pid::new(node().id, node().creation, 0);
-            me.deliver(Mail::Down(ProcessDied {
-                pid,
-                reason: ExitReason::NoProc,
-                monitor: r,
-            }));
-            (pid, r)
-        }
+    match SpawnOpts::default().spawn_monitor(f) {
+        Ok(r) => r,
+        Err(e) => exit_now(ExitReason::Other(format!("spawn failed: {e}"))),
     }
 }
 
