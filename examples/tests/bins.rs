@@ -1,22 +1,11 @@
 //! Runs the example programs and checks what they print.
 
-use std::process::Command;
+mod common;
 
-/// Runs a bin; returns its stdout, failing the test if it did not succeed.
+use common::assert_has;
+
 fn run(path: &str) -> String {
-    let out = Command::new(path).output().expect("the example runs");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "{path} failed: {}\nstdout:\n{stdout}\nstderr:\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
-}
-
-fn assert_has(out: &str, line: &str) {
-    assert!(out.contains(line), "missing {line:?} in:\n{out}");
+    common::run(path, &[])
 }
 
 #[test]

@@ -1,40 +1,8 @@
 //! Runs the paper's small programs and checks what they print.
 
-use std::process::Command;
-use std::time::{Duration, Instant};
+mod common;
 
-/// Runs a bin with `args` (a hang guard kills it after 60 s); returns its
-/// stdout, failing the test unless it exited successfully.
-fn run(path: &str, args: &[&str]) -> String {
-    let mut child = Command::new(path)
-        .args(args)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("the example starts");
-    let t = Instant::now();
-    while child.try_wait().expect("wait").is_none() {
-        if t.elapsed() > Duration::from_secs(60) {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{path} hung");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let out = child.wait_with_output().expect("output");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "{path} failed: {}\nstdout:\n{stdout}\nstderr:\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
-}
-
-fn assert_has(out: &str, line: &str) {
-    assert!(out.contains(line), "missing {line:?} in:\n{out}");
-}
+use common::{assert_has, run};
 
 #[test]
 fn ping_pong() {
