@@ -89,6 +89,7 @@ pub mod graph;
 mod loom;
 mod message;
 mod node;
+mod overflow;
 mod pid;
 mod process;
 mod sched;

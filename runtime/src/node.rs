@@ -221,7 +221,7 @@ impl NodeShared {
         } else {
             None
         };
-        let p = Arc::new(Process::new(pid, pinned, spec.trap_exits));
+        let p = Arc::new(Process::new(pid, pinned, spec.trap_exits, stack.guard()));
         let raw: *const Process = Arc::as_ptr(&p);
         let raw = RawProc(raw);
         p.set_coro(Coro::new(stack, move |y| {
@@ -481,6 +481,7 @@ impl Node {
     /// be started.
     pub fn start(config: NodeConfig) -> Result<Node, Error> {
         install_panic_hook();
+        crate::overflow::install();
         if cfg!(panic = "abort") {
             log::warn!(
                 "graft: built with panic = \"abort\": a panicking process will take the whole \

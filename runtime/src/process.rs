@@ -183,6 +183,9 @@ pub(crate) struct Process {
     /// Set when the node drops the process without running it to the end
     /// (shutdown): its body must let the forced unwind through.
     pub(crate) forced_drop: AtomicBool,
+    /// The guard pages below this process's stack `[lo, hi)` and the
+    /// stack's size, for the overflow report (see `overflow.rs`).
+    pub(crate) guard: (usize, usize, usize),
     coro: UnsafeCell<Option<Coro>>,
     local: UnsafeCell<Local>,
 }
@@ -206,7 +209,12 @@ unsafe impl Sync for Process {}
 unsafe impl Send for Process {}
 
 impl Process {
-    pub(crate) fn new(pid: Pid, pinned: Option<usize>, trap_exits: bool) -> Process {
+    pub(crate) fn new(
+        pid: Pid,
+        pinned: Option<usize>,
+        trap_exits: bool,
+        guard: (usize, usize, usize),
+    ) -> Process {
         Process {
             pid,
             state: ProcState::new(),
@@ -218,6 +226,7 @@ impl Process {
             }),
             pinned,
             forced_drop: AtomicBool::new(false),
+            guard,
             coro: UnsafeCell::new(None),
             local: UnsafeCell::new(Local {
                 trap_exits,

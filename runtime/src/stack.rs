@@ -220,6 +220,15 @@ pub(crate) struct Stack {
 // moves the claim.
 unsafe impl Send for Stack {}
 
+impl Stack {
+    /// The guard page(s) below the stack, `[lo, hi)`, and the usable size:
+    /// a fault there is this stack overflowing.
+    pub(crate) fn guard(&self) -> (usize, usize, usize) {
+        let hi = self.top - self.size;
+        (hi - GUARD_PAGES * page_size(), hi, self.size)
+    }
+}
+
 impl Drop for Stack {
     fn drop(&mut self) {
         // SAFETY: the pool outlives its stacks (type docs).
