@@ -269,6 +269,8 @@ pub struct ReplyTo<R> {
     pid: Pid,
     tag: MonitorRef,
     guard: Arc<CallGuard>,
+    /// The caller is on another node: the reply travels encoded.
+    remote: bool,
     _r: PhantomData<fn(R)>,
 }
 
@@ -278,6 +280,7 @@ impl<R> Clone for ReplyTo<R> {
             pid: self.pid,
             tag: self.tag,
             guard: self.guard.clone(),
+            remote: self.remote,
             _r: PhantomData,
         }
     }
@@ -337,14 +340,28 @@ impl<R: Message> ReplyTo<R> {
         if *active != Some(self.tag) {
             return false;
         }
-        // A local send never yields: the lock is not held across a switch.
-        send(
-            self.pid,
-            Reply {
-                tag: self.tag,
-                value,
-            },
-        );
+        // A send never yields: the lock is not held across a switch.
+        if self.remote {
+            let bytes = value
+                .encode_remote()
+                .map(|(_, b)| b)
+                .map_err(|e| e.to_string());
+            send(
+                self.pid,
+                RemoteReply {
+                    tag: self.tag,
+                    bytes,
+                },
+            );
+        } else {
+            send(
+                self.pid,
+                Reply {
+                    tag: self.tag,
+                    value,
+                },
+            );
+        }
         // One reply per call: the next one through a clone is dropped.
         *active = None;
         true
@@ -373,8 +390,32 @@ struct InitAck {
     result: Result<(), StartError>,
 }
 
-// The envelopes stay on their node for now: a `ReplyTo` holds the caller's
-// late-reply guard (a remote call needs a runtime alias instead).
+/// What a caller on another node sends a server: the request encoded (the
+/// server decodes it as its `Call`/`Cast` type; a mismatch is dropped with a
+/// log line).
+#[derive(Debug, graft::Mobile)]
+enum RemoteRequest {
+    Call {
+        bytes: Vec<u8>,
+        from: Pid,
+        tag: MonitorRef,
+    },
+    Cast {
+        bytes: Vec<u8>,
+    },
+    Stop(ExitReason),
+}
+
+/// A server's answer to a remote caller: the encoded reply, or why it could
+/// not be encoded.
+#[derive(Debug, graft::Mobile)]
+struct RemoteReply {
+    tag: MonitorRef,
+    bytes: Result<Vec<u8>, String>,
+}
+
+// The local envelopes stay on their node: a `ReplyTo` holds the caller's
+// late-reply guard, and the values travel by pointer.
 impl<C: Send + 'static, K: Send + 'static, R: Send + 'static> graft::Message for Request<C, K, R> {}
 impl<R: Send + 'static> graft::Message for Reply<R> {}
 impl graft::Message for InitAck {}
@@ -529,10 +570,7 @@ impl<S: GenServer> Server<S> {
             calling_self(me);
         }
         if self.pid.node() != graft::this_node() {
-            return Err(CallError::Remote(format!(
-                "{} is on another node: use call_remote (the server's types must be Mobile)",
-                self.pid
-            )));
+            return self.call_on_other_node(req, timeout);
         }
         let guard = caller_guard();
         // The monitor reference is the call's tag (as in OTP): unique, and
@@ -543,6 +581,7 @@ impl<S: GenServer> Server<S> {
             pid: me,
             tag,
             guard: guard.clone(),
+            remote: false,
             _r: PhantomData,
         };
         send(self.pid, RequestOf::<S>::Call { req, from });
@@ -583,9 +622,73 @@ impl<S: GenServer> Server<S> {
         }
     }
 
+    /// A call to a server on another node: the request travels encoded with
+    /// the monitor's reference as its tag, and the reply comes back the same
+    /// way (one round trip). A reply that arrives after a timeout is dropped
+    /// at this process's next remote call.
+    fn call_on_other_node(
+        &self,
+        req: S::Call,
+        timeout: Option<Duration>,
+    ) -> Result<S::Reply, CallError> {
+        // Late replies of earlier calls that timed out.
+        while receive()
+            .on(|_: RemoteReply| ())
+            .timeout(Duration::ZERO)
+            .is_some()
+        {}
+        let bytes = req
+            .encode_remote()
+            .map_err(|e| CallError::Remote(e.to_string()))?
+            .1;
+        let tag = monitor(self.pid);
+        send(
+            self.pid,
+            RemoteRequest::Call {
+                bytes,
+                from: self_pid(),
+                tag,
+            },
+        );
+        let got = receive()
+            .when(
+                move |r: &RemoteReply| r.tag == tag,
+                |r: RemoteReply| Ok(r.bytes),
+            )
+            .when(
+                move |d: &ProcessDied| d.monitor == tag,
+                |d: ProcessDied| Err(d.reason),
+            );
+        let got = match timeout {
+            Some(t) => got.timeout(t),
+            None => Some(got.wait()),
+        };
+        demonitor_flush(tag);
+        match got {
+            Some(Ok(Ok(bytes))) => {
+                S::Reply::decode_remote(&bytes).map_err(|e| CallError::Remote(e.to_string()))
+            }
+            Some(Ok(Err(why))) => Err(CallError::Remote(why)),
+            Some(Err(ExitReason::NoProc)) => Err(CallError::NoProc),
+            Some(Err(ExitReason::NoConnection)) => Err(CallError::Remote(format!(
+                "lost the connection to {}",
+                self.pid.node()
+            ))),
+            Some(Err(reason)) => Err(CallError::ServerDied(reason)),
+            None => Err(CallError::Timeout),
+        }
+    }
+
     /// Sends the server a cast (never blocks, never fails: a cast to a dead
     /// server is dropped).
     pub fn cast(&self, msg: S::Cast) {
+        if self.pid.node() != graft::this_node() {
+            match msg.encode_remote() {
+                Ok((_, bytes)) => send(self.pid, RemoteRequest::Cast { bytes }),
+                Err(e) => log::error!("gen_server: cast to {} dropped: {e}", self.pid),
+            }
+            return;
+        }
         send(self.pid, RequestOf::<S>::Cast(msg));
     }
 
@@ -600,7 +703,11 @@ impl<S: GenServer> Server<S> {
     /// if it ended with another reason (e.g. `terminate` panicked).
     pub fn stop(&self, reason: ExitReason) -> Result<(), CallError> {
         let m = monitor(self.pid);
-        send(self.pid, RequestOf::<S>::Stop(reason.clone()));
+        if self.pid.node() != graft::this_node() {
+            send(self.pid, RemoteRequest::Stop(reason.clone()));
+        } else {
+            send(self.pid, RequestOf::<S>::Stop(reason.clone()));
+        }
         let died = receive()
             .when(move |d: &ProcessDied| d.monitor == m, |d: ProcessDied| d)
             .wait();
@@ -627,13 +734,14 @@ fn calling_self(me: Pid) -> ! {
     panic!("gen_server {me} called itself (calling_self)")
 }
 
-/// Calls and casts that work wherever the server lives, for servers whose
-/// messages are [`Mobile`](graft::Mobile).
+/// Calls and casts that say at compile time that the server's messages are
+/// [`Mobile`](graft::Mobile), so they work wherever the server lives.
+/// ([`Server::call`] and [`Server::cast`] also reach a server on another
+/// node; with local-only message types they fail with [`CallError::Remote`].)
 ///
-/// A remote call runs as a short process on the server's node (through
-/// [`graft::call_on`]) that makes an ordinary local call there: the
-/// timeout, the monitor and the late-reply guard all work on that node, and
-/// the loss of either node fails the call instead of hanging it.
+/// A remote call is one round trip: the request travels encoded, tagged with
+/// the monitor's reference, and the reply comes back the same way. A reply
+/// that arrives after a timeout is dropped at the caller's next remote call.
 impl<S: GenServer> Server<S>
 where
     S::Call: graft::Mobile,
@@ -647,7 +755,7 @@ where
     /// As [`Server::call_timeout`], plus [`CallError::Remote`] when the
     /// server's node is unreachable or lost.
     pub fn call_remote(&self, req: S::Call) -> Result<S::Reply, CallError> {
-        self.call_remote_timeout(req, DEFAULT_CALL_TIMEOUT)
+        self.call(req)
     }
 
     /// [`Server::call_timeout`] for a server on any node.
@@ -660,38 +768,13 @@ where
         req: S::Call,
         timeout: Duration,
     ) -> Result<S::Reply, CallError> {
-        if self.pid.node() == graft::this_node() {
-            return self.call_timeout(req, timeout);
-        }
-        let r = graft::call_on(
-            self.pid.node(),
-            (self.pid, req, timeout),
-            |(pid, req, timeout): (Pid, S::Call, Duration)| {
-                Server::<S>::from_pid(pid).call_timeout(req, timeout)
-            },
-        );
-        match r {
-            Ok(answer) => answer,
-            Err(e) => Err(CallError::Remote(e.to_string())),
-        }
+        self.call_timeout(req, timeout)
     }
 
-    /// [`Server::cast`] for a server on any node. Never fails (a cast to a
-    /// dead server or an unreachable node is dropped). For a remote server
-    /// it returns once the cast is in the server's mailbox (one round trip),
-    /// so casts and calls from one process keep their order, as in Erlang.
+    /// [`Server::cast`] for a server on any node (never blocks, never
+    /// fails; casts and calls from one process arrive in order).
     pub fn cast_remote(&self, msg: S::Cast) {
-        if self.pid.node() == graft::this_node() {
-            return self.cast(msg);
-        }
-        let r = graft::call_on(
-            self.pid.node(),
-            (self.pid, msg),
-            |(pid, msg): (Pid, S::Cast)| Server::<S>::from_pid(pid).cast(msg),
-        );
-        if let Err(e) = r {
-            log::debug!("gen_server: cast to {} dropped: {e}", self.pid);
-        }
+        self.cast(msg)
     }
 }
 
@@ -959,8 +1042,39 @@ pub(crate) fn guarded<R>(f: impl FnOnce() -> R) -> Result<R, ExitReason> {
 /// One thing the loop received.
 enum Event<S: GenServer> {
     Request(RequestOf<S>),
+    Remote(RemoteRequest),
     ParentExit(ExitReason),
     Info(Unknown),
+}
+
+/// Turns a request from another node into the local envelope (decoding its
+/// payload as the server's types); `None` (logged) if it does not decode.
+fn remote_to_local<S: GenServer>(r: RemoteRequest) -> Option<RequestOf<S>> {
+    let decoded = match r {
+        RemoteRequest::Call { bytes, from, tag } => S::Call::decode_remote(&bytes).map(|req| {
+            let guard = Arc::new(CallGuard::default());
+            guard.set(Some(tag));
+            Request::Call {
+                req,
+                from: ReplyTo {
+                    pid: from,
+                    tag,
+                    guard,
+                    remote: true,
+                    _r: PhantomData,
+                },
+            }
+        }),
+        RemoteRequest::Cast { bytes } => S::Cast::decode_remote(&bytes).map(Request::Cast),
+        RemoteRequest::Stop(reason) => Ok(Request::Stop(reason)),
+    };
+    match decoded {
+        Ok(req) => Some(req),
+        Err(e) => {
+            log::warn!("gen_server {}: dropping a remote request: {e}", self_pid());
+            None
+        }
+    }
 }
 
 /// The server loop: receive, dispatch, until a callback stops it; then
@@ -969,13 +1083,22 @@ fn serve<S: GenServer>(server: &mut S, parent: Option<Pid>) -> ExitReason {
     let (reason, pending) = loop {
         let event = receive()
             .on(|m: RequestOf<S>| Event::<S>::Request(m))
+            .on(|m: RemoteRequest| Event::Remote(m))
             .when(
                 move |s: &ExitSignal| Some(s.from) == parent,
                 |s: ExitSignal| Event::ParentExit(s.reason),
             )
             .any(Event::Info)
             .wait();
+        let event = match event {
+            Event::Remote(r) => match remote_to_local::<S>(r) {
+                Some(local) => Event::Request(local),
+                None => continue,
+            },
+            other => other,
+        };
         let flow = match event {
+            Event::Remote(_) => continue,
             Event::Request(Request::Call { req, from }) => {
                 match guarded(|| server.handle_call(req, &from)) {
                     Ok(CallResult::Reply(r)) => {

@@ -12,6 +12,7 @@ struct Acc {
 enum AccCast {
     Add(i64),
     Crash,
+    Nap(Duration),
 }
 
 impl GenServer for Acc {
@@ -25,6 +26,7 @@ impl GenServer for Acc {
         match m {
             AccCast::Add(n) => self.total += n,
             AccCast::Crash => panic!("acc crash"),
+            AccCast::Nap(d) => sleep(d),
         }
         Flow::Continue
     }
@@ -50,8 +52,6 @@ fn start_on_call_and_cast_remote() {
         assert_eq!(acc.pid().node(), b_id);
         acc.cast_remote(AccCast::Add(41));
         assert_eq!(acc.call_remote(()).unwrap(), (42, b_id));
-        // A local-only call on a remote server is a clear error, not a hang.
-        assert!(matches!(acc.call(()), Err(CallError::Remote(_))));
         // A crash on the other node reaches us through the link.
         trap_exits(true);
         acc.cast_remote(AccCast::Crash);
@@ -108,4 +108,49 @@ fn a_supervised_child_on_another_node_is_restarted_and_node_loss_counts_as_death
     let (_a, r) = waiter.join().unwrap();
     let reason = r.unwrap();
     assert_ne!(reason, ExitReason::Normal, "{reason:?}");
+}
+
+#[test]
+fn plain_call_cast_and_stop_reach_a_server_on_another_node() {
+    let (a, b) = (node(), node());
+    let b_id = a.connect(b.addr()).unwrap();
+    a.run(move || {
+        let acc = gen_server::start_on(b_id, Acc { total: 0 }).unwrap();
+        for n in 1..=100 {
+            acc.cast(AccCast::Add(n));
+        }
+        // Casts and calls from one process arrive in order.
+        assert_eq!(acc.call(()).unwrap(), (5050, b_id));
+        assert_eq!(
+            acc.call_timeout((), Duration::from_secs(5)).unwrap().0,
+            5050
+        );
+        acc.stop(ExitReason::Normal).unwrap();
+        assert_eq!(acc.call(()), Err(CallError::NoProc));
+    })
+    .unwrap();
+}
+
+#[test]
+fn a_late_remote_reply_never_strays_into_the_mailbox() {
+    let (a, b) = (node(), node());
+    let b_id = a.connect(b.addr()).unwrap();
+    a.run(move || {
+        let acc = gen_server::start_on(b_id, Acc { total: 1 }).unwrap();
+        acc.cast(AccCast::Nap(Duration::from_millis(300)));
+        assert_eq!(
+            acc.call_timeout((), Duration::from_millis(20)),
+            Err(CallError::Timeout)
+        );
+        sleep(Duration::from_millis(500)); // the late reply arrives meanwhile
+        acc.cast(AccCast::Add(1));
+        assert_eq!(
+            acc.call(()).unwrap().0,
+            2,
+            "the fresh answer, not the late one"
+        );
+        let stray = receive().any(|_| ()).timeout(Duration::ZERO);
+        assert!(stray.is_none(), "nothing left in the mailbox");
+    })
+    .unwrap();
 }
