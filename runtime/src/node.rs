@@ -627,7 +627,9 @@ impl Node {
     }
 
     /// Runs `f` as a process (the root process of a program) and returns its
-    /// value once it finishes.
+    /// value once it finishes. Call it from outside any process (`main`, a
+    /// test): it blocks the calling OS thread until `f` returns, which from
+    /// inside a process would block that process's worker.
     ///
     /// # Errors
     ///
