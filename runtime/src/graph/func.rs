@@ -178,12 +178,7 @@ impl<A: 'static, R: 'static> Mobile for MobileFn<A, R> {
         d.write(">");
     }
     fn encode<F: Format>(&self, e: &mut Encoder<'_, F>) {
-        e.begin("fn");
-        let (tramp, body) = self.inner.code(<F::Src as Source>::TEXT);
-        code::write_ref::<Self, F>(e, tramp, body);
-        e.field("env");
-        e.env(self.inner.env());
-        e.end();
+        write_function::<Self, F>(e, "fn", self.inner.env());
     }
     fn decode<S: Source>(d: &mut Decoder<'_, S>) -> Result<Self, DecodeError> {
         d.begin("fn")?;
@@ -253,6 +248,17 @@ impl<R> fmt::Debug for MobileFnOnce<R> {
     }
 }
 
+/// Writes a mobile function under `tag`: its code reference (trampoline,
+/// body), then its environment.
+fn write_function<T: Mobile, F: Format>(e: &mut Encoder<'_, F>, tag: &str, f: &dyn EnvEncode) {
+    e.begin(tag);
+    let (tramp, body) = f.code(<F::Src as Source>::TEXT);
+    code::write_ref::<T, F>(e, tramp, body);
+    e.field("env");
+    e.env(f);
+    e.end();
+}
+
 impl<R: 'static> Mobile for MobileFnOnce<R> {
     const WIRE_MIN: usize = 32;
     fn describe(d: &mut Describer) {
@@ -261,12 +267,7 @@ impl<R: 'static> Mobile for MobileFnOnce<R> {
         d.write(">");
     }
     fn encode<F: Format>(&self, e: &mut Encoder<'_, F>) {
-        e.begin("fn_once");
-        let (tramp, body) = self.inner.code(<F::Src as Source>::TEXT);
-        code::write_ref::<Self, F>(e, tramp, body);
-        e.field("env");
-        e.env(self.inner.env());
-        e.end();
+        write_function::<Self, F>(e, "fn_once", self.inner.env());
     }
     fn decode<S: Source>(d: &mut Decoder<'_, S>) -> Result<Self, DecodeError> {
         d.begin("fn_once")?;
