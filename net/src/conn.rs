@@ -34,7 +34,7 @@
 //! reader thread, when its loop ends, reports `peer_down` exactly once
 //! (`down_reported`).
 
-use std::io::{self, Write};
+use std::io::Write;
 use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -42,7 +42,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 use socket2::SockRef;
 
-use crate::frame::{self, kind, Decoder, FIRST_USER_KIND, FLAG_COMPRESSED};
+use crate::frame::{self, kind, Decoder, Fill, FIRST_USER_KIND, FLAG_COMPRESSED};
 use crate::{Handler, NetError, PeerInfo};
 
 /// Initial capacity of the writer's buffers.
@@ -310,16 +310,11 @@ impl Conn {
                     }
                 }
             }
-            match dec.fill(stream) {
-                Ok(0) => return NetError::Closed,
-                Ok(_) => last_rx = Instant::now(),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                    ) =>
-                {
+            match dec.read_from(stream) {
+                Ok(Fill::Closed) => return NetError::Closed,
+                Ok(Fill::Data) => last_rx = Instant::now(),
+                Ok(Fill::Again) => {}
+                Ok(Fill::TimedOut) => {
                     let silent = last_rx.elapsed();
                     if silent >= self.dead_after {
                         return NetError::HeartbeatTimeout(silent);

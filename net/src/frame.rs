@@ -201,6 +201,39 @@ impl Decoder {
         self.end += n;
         Ok(n)
     }
+
+    /// [`fill`](Decoder::fill), with the outcomes every read loop tells
+    /// apart: bytes came, the peer closed, the read timed out, or try again
+    /// (interrupted); other errors are returned.
+    pub(crate) fn read_from(&mut self, r: &mut impl Read) -> io::Result<Fill> {
+        match self.fill(r) {
+            Ok(0) => Ok(Fill::Closed),
+            Ok(_) => Ok(Fill::Data),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(Fill::Again),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                Ok(Fill::TimedOut)
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// What one [`Decoder::read_from`] got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fill {
+    /// Bytes arrived.
+    Data,
+    /// The peer closed the connection.
+    Closed,
+    /// The read timed out (the socket's read timeout).
+    TimedOut,
+    /// Interrupted by a signal: read again.
+    Again,
 }
 
 #[cfg(test)]

@@ -29,7 +29,7 @@ use std::io::{self, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Instant;
 
-use crate::frame::{self, kind, Decoder};
+use crate::frame::{self, kind, Decoder, Fill};
 use crate::NetError;
 
 /// Version of the wire protocol; peers must agree.
@@ -203,19 +203,10 @@ fn read_frame(
             return Err(NetError::Timeout);
         }
         s.set_read_timeout(Some(left))?;
-        match dec.fill(s) {
-            Ok(0) => return Err(NetError::Closed),
-            Ok(_) => {}
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
-                return Err(NetError::Timeout)
-            }
-            Err(e) => return Err(e.into()),
+        match dec.read_from(s)? {
+            Fill::Closed => return Err(NetError::Closed),
+            Fill::TimedOut => return Err(NetError::Timeout),
+            Fill::Data | Fill::Again => {}
         }
     }
 }

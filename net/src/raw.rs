@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use crate::conn::READ_BUF;
 use crate::cookie::{derive_key, resolve_cookie};
-use crate::frame::{self, Decoder};
+use crate::frame::{self, Decoder, Fill};
 use crate::handshake::{self, Identity, Outcome, MAX_HANDSHAKE_FRAME};
 use crate::{NetConfig, NetError, PeerId, PeerInfo};
 
@@ -118,19 +118,10 @@ impl RawClient {
                 return Ok(None);
             }
             self.stream.set_read_timeout(Some(left))?;
-            match self.dec.fill(&mut self.stream) {
-                Ok(0) => return Err(NetError::Closed),
-                Ok(_) => {}
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                    ) =>
-                {
-                    return Ok(None)
-                }
-                Err(e) => return Err(e.into()),
+            match self.dec.read_from(&mut self.stream)? {
+                Fill::Closed => return Err(NetError::Closed),
+                Fill::TimedOut => return Ok(None),
+                Fill::Data | Fill::Again => {}
             }
         }
     }
