@@ -312,7 +312,9 @@ pub fn send<M: Message>(to: Pid, msg: M) {
         return send_remote(&w.node, to, &msg);
     }
     let mail = Mail::Msg(Box::new(msg));
-    let Some(me) = context::process() else {
+    // SAFETY: `current` is set while this worker resumes a process (which
+    // it keeps alive meanwhile); that process is the caller.
+    let Some(me) = (unsafe { w.current.get().as_ref() }) else {
         return w.node.deliver(to, mail);
     };
     // SAFETY: `me` is the running process.
