@@ -309,7 +309,10 @@ pub fn send<M: Message>(to: Pid, msg: M) {
         return;
     };
     if !w.node.is_local(to) {
-        return send_remote(&w.node, to, &msg);
+        if let Some(mail) = w.node.mail_for(to, msg) {
+            w.node.deliver(to, mail);
+        }
+        return;
     }
     let mail = Mail::Msg(Box::new(msg));
     // SAFETY: `current` is set while this worker resumes a process (which
@@ -328,14 +331,6 @@ pub fn send<M: Message>(to: Pid, msg: M) {
     };
     if target.deliver(mail) {
         w.node.sched.wake(target.clone());
-    }
-}
-
-#[cold]
-fn send_remote<M: Message>(n: &NodeShared, to: Pid, msg: &M) {
-    match msg.encode_remote() {
-        Ok((desc, bytes)) => n.dist.deliver_encoded(to, desc, &bytes),
-        Err(e) => log::error!("graft: send to {to}: {e}"),
     }
 }
 
@@ -672,10 +667,11 @@ pub fn sleep(d: Duration) {
 /// assert_eq!(v, 9);
 /// ```
 pub fn send_after<M: Message>(d: Duration, to: Pid, msg: M) -> TimerRef {
-    node().add_timer(
-        Instant::now() + d,
-        Action::Deliver(to, Mail::Msg(Box::new(msg))),
-    )
+    let n = node();
+    // A local-only message for another node is refused now (logged): the
+    // timer then delivers nothing.
+    let mail = n.mail_for(to, msg).unwrap_or(Mail::Dropped);
+    n.add_timer(Instant::now() + d, Action::Deliver(to, mail))
 }
 
 /// Cancels a [`send_after`]; `false` if it already fired.

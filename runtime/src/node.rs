@@ -274,6 +274,22 @@ impl NodeShared {
         }
     }
 
+    /// The mail that carries `msg` to `to`: the value itself for a process of
+    /// this node, its encoding for another node (`None`, logged, for a
+    /// local-only message to another node).
+    pub(crate) fn mail_for<M: crate::Message>(&self, to: Pid, msg: M) -> Option<Mail> {
+        if self.is_local(to) {
+            return Some(Mail::Msg(Box::new(msg)));
+        }
+        match msg.encode_remote() {
+            Ok((desc, bytes)) => Some(Mail::Encoded { desc, bytes }),
+            Err(e) => {
+                log::error!("graft: send to {to}: {e}");
+                None
+            }
+        }
+    }
+
     /// Runs `f` on the bookkeeping of the live local process `pid`, under
     /// its lock; `false` (and `f` not run) if there is none: not of this
     /// node or incarnation, gone, or already exiting.
@@ -699,7 +715,9 @@ impl Node {
 
     /// Sends a message from outside any process.
     pub fn send<M: crate::Message>(&self, to: Pid, msg: M) {
-        self.shared.deliver(to, Mail::Msg(Box::new(msg)));
+        if let Some(mail) = self.shared.mail_for(to, msg) {
+            self.shared.deliver(to, mail);
+        }
     }
 
     /// The pid registered under `name`.

@@ -388,3 +388,28 @@ fn a_large_message_crosses_from_a_small_stack() {
         .unwrap();
     assert_eq!(n, 1 << 20);
 }
+
+#[test]
+fn sends_from_outside_and_timed_sends_reach_other_nodes() {
+    let (a, b, _) = pair();
+    let (tx, rx) = std::sync::mpsc::channel::<Pid>();
+    let collector = std::thread::spawn(move || {
+        b.run(move || {
+            tx.send(self_pid()).unwrap();
+            let arrive = || expect_timeout::<String>(Duration::from_secs(10)).expect("arrives");
+            (arrive(), arrive())
+        })
+        .unwrap()
+    });
+    let target = rx.recv().unwrap();
+    // From outside any process, to a pid on another node.
+    a.send(target, String::from("from outside"));
+    // A timer on this node delivering to another node.
+    a.run(move || {
+        send_after(Duration::from_millis(5), target, String::from("timed"));
+        sleep(Duration::from_millis(20));
+    })
+    .unwrap();
+    let (first, second) = collector.join().unwrap();
+    assert_eq!((first.as_str(), second.as_str()), ("from outside", "timed"));
+}
