@@ -927,18 +927,9 @@ fn spawn_remote<E: Mobile>(node: NodeId, env: E, body: fn(E), link: bool) -> Res
         link,
     })?
     .ok_or_else(|| Error::Remote("spawn answered without a pid".into()))?;
-    if link {
-        // The remote side links to us; record our half (as `link` would).
-        let me = current("spawn_link_on");
-        me.meta.lock().links.push(pid);
-        if !n.dist.link(me.pid, pid) {
-            me.deliver(Mail::Signal {
-                from: pid,
-                reason: ExitReason::NoConnection,
-                link: true,
-            });
-        }
-    }
+    // With `link`, both halves are in place already: the remote node linked
+    // the child at spawn, and our half was recorded as the reply was read
+    // (see `dist.rs`), before any exit signal of the child could arrive.
     Ok(pid)
 }
 

@@ -74,6 +74,10 @@ pub(crate) enum Ctl {
     SpawnReply {
         req: u64,
         result: Result<Pid, String>,
+        /// The new process is linked to the asker: the asker's half of the
+        /// link is recorded as this reply is read, before any exit signal
+        /// the new process sends behind it can arrive.
+        linked: bool,
     },
     Monitor {
         watcher: Pid,
@@ -509,11 +513,31 @@ fn on_ctl(n: &std::sync::Arc<NodeShared>, peer: &PeerInfo, from: NodeId, c: Ctl)
             // On success the new process answers itself (see `remote_spawn`).
             if let Err(e) = remote_spawn(n, peer, from, req, &body, link.then_some(reply_to)) {
                 let result = Err(e.to_string());
-                let _ = n.dist.send_ctl(from, &Ctl::SpawnReply { req, result });
+                let reply = Ctl::SpawnReply {
+                    req,
+                    result,
+                    linked: false,
+                };
+                let _ = n.dist.send_ctl(from, &reply);
             }
         }
-        Ctl::SpawnReply { req, result } => {
+        Ctl::SpawnReply {
+            req,
+            result,
+            linked,
+        } => {
             if let Some(w) = n.dist.complete(from, req) {
+                if let (true, Ok(child)) = (linked, &result) {
+                    let child = *child;
+                    if n.with_live_meta(w, |m| m.links.push(child)) {
+                        n.dist
+                            .watches()
+                            .entry(from)
+                            .or_default()
+                            .links
+                            .push((w, child));
+                    }
+                }
                 let result = result.map(Some).map_err(Error::Remote);
                 n.deliver(w, Mail::Msg(Box::new(DistReply { req, result })));
             }
@@ -659,6 +683,7 @@ fn remote_spawn(
         let reply = Ctl::SpawnReply {
             req,
             result: Ok(me),
+            linked: link.is_some(),
         };
         let _ = crate::api::node().dist.send_ctl(from, &reply);
         f.call()

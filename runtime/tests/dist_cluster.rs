@@ -413,3 +413,20 @@ fn sends_from_outside_and_timed_sends_reach_other_nodes() {
     let (first, second) = collector.join().unwrap();
     assert_eq!((first.as_str(), second.as_str()), ("from outside", "timed"));
 }
+
+#[test]
+fn spawn_link_on_a_body_that_dies_at_once_still_signals_the_caller() {
+    let (a, _b, b_id) = pair();
+    a.run(move || {
+        trap_exits(true);
+        for _ in 0..20 {
+            let child = spawn_link_on(b_id, (), |()| panic!("dies at once")).unwrap();
+            let sig = receive()
+                .when(move |s: &ExitSignal| s.from == child, |s| s)
+                .timeout(Duration::from_secs(10))
+                .expect("the link's exit signal arrives");
+            assert_eq!(sig.reason, ExitReason::Other("dies at once".into()));
+        }
+    })
+    .unwrap();
+}
