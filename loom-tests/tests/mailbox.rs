@@ -21,6 +21,7 @@ fn receive_all(
     let mut got = VecDeque::new();
     let mut parks = 0;
     st.start();
+    mb.owner_resumed();
     loop {
         mb.drain_into(&mut got);
         if got.len() == want {
@@ -38,6 +39,8 @@ fn receive_all(
             );
             st.start();
         }
+        // Resumed: after a start, or at once after a failed park.
+        mb.owner_resumed();
     }
     let mut v: Vec<u32> = got.into_iter().collect();
     v.sort();

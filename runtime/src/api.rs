@@ -314,7 +314,7 @@ pub fn send<M: Message>(to: Pid, msg: M) {
         }
         return;
     }
-    let mail = Mail::Msg(Box::new(msg));
+    let mail = Mail::msg(msg);
     // SAFETY: `current` is set while this worker resumes a process (which
     // it keeps alive meanwhile); that process is the caller.
     let Some(me) = (unsafe { w.current.get().as_ref() }) else {
@@ -363,13 +363,13 @@ pub fn send_to<M: Message>(to: impl Into<Dest>, msg: M) -> Result<(), Error> {
             let (desc, bytes) = msg.encode_remote()?;
             w.node.dist.deliver_encoded(p, desc, &bytes);
         }
-        Dest::Pid(p) => w.node.deliver(p, Mail::Msg(Box::new(msg))),
+        Dest::Pid(p) => w.node.deliver(p, Mail::msg(msg)),
         Dest::Name(n) => match w.node.registry.lookup(&n) {
-            Some(p) => w.node.deliver(p, Mail::Msg(Box::new(msg))),
+            Some(p) => w.node.deliver(p, Mail::msg(msg)),
             None => return Err(Error::NotRegistered(n)),
         },
         Dest::Remote(n, node) if node == w.node.id => match w.node.registry.lookup(&n) {
-            Some(p) => w.node.deliver(p, Mail::Msg(Box::new(msg))),
+            Some(p) => w.node.deliver(p, Mail::msg(msg)),
             None => return Err(Error::NotRegistered(n)),
         },
         Dest::Remote(name, node) => {

@@ -27,12 +27,29 @@ pub(crate) enum Step {
 /// The yielder handle a running process suspends through.
 pub(crate) type ProcYielder = Yielder<(), Suspend>;
 
+/// The body a process runs, with the yielder it suspends through.
+pub(crate) type Body = Box<dyn FnOnce(&ProcYielder) -> ExitReason + Send>;
+
 /// A process body on its own stack.
-pub(crate) struct Coro(Coroutine<(), Suspend, ExitReason, Stack>);
+///
+/// The coroutine is made on the first `resume`, by the worker that runs the
+/// process, not by its spawner: making it may install the stack's guard
+/// page and writes the first frame, which faults a fresh stack's top page
+/// in. A spawn that does neither is several times cheaper (the spawner goes
+/// on while the worker that runs the child pays for its stack). Until then
+/// the process holds its stack (reserved at spawn, so a spawn that cannot
+/// have one fails there) and its boxed body.
+pub(crate) enum Coro {
+    Unstarted(Option<(Stack, Body)>),
+    Started(Coroutine<(), Suspend, ExitReason, Stack>),
+}
 
 impl std::fmt::Debug for Coro {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Coro")
+        match self {
+            Coro::Unstarted(_) => f.write_str("Coro(unstarted)"),
+            Coro::Started(_) => f.write_str("Coro"),
+        }
     }
 }
 
@@ -47,29 +64,58 @@ impl std::fmt::Debug for Coro {
 unsafe impl Send for Coro {}
 
 impl Coro {
-    /// Prepares `body` on `stack`; nothing runs until the first `resume`.
-    pub(crate) fn new(
-        stack: Stack,
-        body: impl FnOnce(&ProcYielder) -> ExitReason + 'static,
-    ) -> Coro {
-        Coro(Coroutine::with_stack(stack, move |y: &ProcYielder, ()| {
-            body(y)
-        }))
+    /// Prepares `body` on `stack`; nothing runs, and the stack is not
+    /// touched, until the first `resume`.
+    pub(crate) fn new(stack: Stack, body: Body) -> Coro {
+        Coro::Unstarted(Some((stack, body)))
     }
 
     /// Runs the body until it suspends or exits. The body catches its own
     /// panics, so this returns normally.
     #[inline]
     pub(crate) fn resume(&mut self) -> Step {
-        match self.0.resume(()) {
+        let c = match self {
+            Coro::Started(c) => c,
+            Coro::Unstarted(_) => match self.start() {
+                Ok(c) => c,
+                Err(reason) => return Step::Exited(reason),
+            },
+        };
+        match c.resume(()) {
             CoroutineResult::Yield(s) => Step::Suspended(s),
             CoroutineResult::Return(r) => Step::Exited(r),
         }
     }
 
-    /// Hands the stack back once the body has returned.
-    pub(crate) fn into_stack(self) -> Stack {
-        self.0.into_stack()
+    /// Makes the coroutine. A stack whose guard page cannot be installed
+    /// ends the process (it never runs without overflow detection).
+    #[cold]
+    fn start(&mut self) -> Result<&mut Coroutine<(), Suspend, ExitReason, Stack>, ExitReason> {
+        if let Coro::Unstarted(parts) = self {
+            let Some((stack, _)) = parts.as_mut() else {
+                return Err(ExitReason::Other("process body already taken".into()));
+            };
+            if let Err(e) = stack.ensure_guard() {
+                log::error!("graft: cannot install a process stack's guard page: {e}");
+                return Err(ExitReason::Other(format!("no stack guard page: {e}")));
+            }
+            let (stack, body) = parts.take().expect("checked above");
+            *self = Coro::Started(Coroutine::with_stack(stack, move |y: &ProcYielder, ()| {
+                body(y)
+            }));
+        }
+        match self {
+            Coro::Started(c) => Ok(c),
+            Coro::Unstarted(_) => Err(ExitReason::Other("process did not start".into())),
+        }
+    }
+
+    /// Hands the stack back once the body has returned (or never ran).
+    pub(crate) fn into_stack(self) -> Option<Stack> {
+        match self {
+            Coro::Started(c) => Some(c.into_stack()),
+            Coro::Unstarted(parts) => parts.map(|(stack, _)| stack),
+        }
     }
 }
 

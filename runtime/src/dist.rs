@@ -539,7 +539,7 @@ fn on_ctl(n: &std::sync::Arc<NodeShared>, peer: &PeerInfo, from: NodeId, c: Ctl)
                     }
                 }
                 let result = result.map(Some).map_err(Error::Remote);
-                n.deliver(w, Mail::Msg(Box::new(DistReply { req, result })));
+                n.deliver(w, Mail::msg(DistReply { req, result }));
             }
         }
         Ctl::Whereis { req, name } => {
@@ -550,10 +550,10 @@ fn on_ctl(n: &std::sync::Arc<NodeShared>, peer: &PeerInfo, from: NodeId, c: Ctl)
             if let Some(w) = n.dist.complete(from, req) {
                 n.deliver(
                     w,
-                    Mail::Msg(Box::new(DistReply {
+                    Mail::msg(DistReply {
                         req,
                         result: Ok(pid),
-                    })),
+                    }),
                 );
             }
         }
@@ -755,10 +755,10 @@ pub(crate) fn node_lost(n: &NodeShared, node: NodeId, peer: PeerId, creation: u3
     for (req, waiter) in ws.pending {
         n.deliver(
             waiter,
-            Mail::Msg(Box::new(DistReply {
+            Mail::msg(DistReply {
                 req,
                 result: Err(Error::NoConnection(node)),
-            })),
+            }),
         );
     }
 }

@@ -208,7 +208,7 @@ impl NodeShared {
         let size = stack::round_size(spec.stack_size.unwrap_or(self.stack_size));
         let stack = self
             .stacks
-            .get(size)
+            .reserve(size)
             .map_err(|e| Error::Resource(format!("process stack: {e}")))?;
         let worker = context::worker().filter(|w| std::ptr::eq(&*w.node, self));
         let serial = match worker {
@@ -224,23 +224,26 @@ impl NodeShared {
         let p = Arc::new(Process::new(pid, pinned, spec.trap_exits, stack.guard()));
         let raw: *const Process = Arc::as_ptr(&p);
         let raw = RawProc(raw);
-        p.set_coro(Coro::new(stack, move |y| {
-            let raw = raw;
-            // SAFETY: the process owns this coroutine and outlives it (see
-            // `Process`'s Drop); only the process itself touches `local`.
-            let me = unsafe { &*raw.0 };
-            // SAFETY: as above.
-            unsafe { me.local().yielder = Some(y) };
-            match catch_unwind(AssertUnwindSafe(f)) {
-                Ok(()) => ExitReason::Normal,
-                Err(payload) => {
-                    if me.forced_drop.load(Ordering::Relaxed) {
-                        resume_unwind(payload);
+        p.set_coro(Coro::new(
+            stack,
+            Box::new(move |y| {
+                let raw = raw;
+                // SAFETY: the process owns this coroutine and outlives it (see
+                // `Process`'s Drop); only the process itself touches `local`.
+                let me = unsafe { &*raw.0 };
+                // SAFETY: as above.
+                unsafe { me.local().yielder = Some(y) };
+                match catch_unwind(AssertUnwindSafe(f)) {
+                    Ok(()) => ExitReason::Normal,
+                    Err(payload) => {
+                        if me.forced_drop.load(Ordering::Relaxed) {
+                            resume_unwind(payload);
+                        }
+                        exit_reason_of(&*payload)
                     }
-                    exit_reason_of(&*payload)
                 }
-            }
-        }));
+            }),
+        ));
         {
             let mut meta = p.meta.lock();
             if let Some(l) = spec.link {
@@ -279,7 +282,7 @@ impl NodeShared {
     /// local-only message to another node).
     pub(crate) fn mail_for<M: crate::Message>(&self, to: Pid, msg: M) -> Option<Mail> {
         if self.is_local(to) {
-            return Some(Mail::Msg(Box::new(msg)));
+            return Some(Mail::msg(msg));
         }
         match msg.encode_remote() {
             Ok((desc, bytes)) => Some(Mail::Encoded { desc, bytes }),

@@ -14,6 +14,7 @@
 pub(crate) mod mailbox;
 pub(crate) mod receive;
 pub(crate) mod state;
+pub(crate) mod value;
 
 use crate::coroutine::{Coro, ProcYielder};
 use crate::exit::{ExitReason, ExitSignal, ProcessDied};
@@ -24,12 +25,13 @@ use mailbox::Mailbox;
 use state::ProcState;
 use std::any::{Any, TypeId};
 use std::collections::{HashMap, VecDeque};
+use value::Value;
 
 /// One item in a mailbox (an implementation detail that receive clauses see).
 #[doc(hidden)]
 pub enum Mail {
-    /// A local message, passed by pointer.
-    Msg(Box<dyn Any + Send>),
+    /// A local message (inline when small, else by pointer).
+    Msg(Value),
     /// A message from another node, decoded when a receive asks for its
     /// type (by descriptor hash).
     Encoded {
@@ -68,13 +70,19 @@ impl std::fmt::Debug for Mail {
 }
 
 impl Mail {
+    /// Mail carrying a local message.
+    #[inline]
+    pub(crate) fn msg<T: Send + 'static>(v: T) -> Mail {
+        Mail::Msg(Value::new(v))
+    }
+
     /// Is this mail an `A`? An encoded `A` from another node is decoded in
     /// place on the first ask (a copy that fails to decode is logged and
     /// dropped).
     #[inline]
     pub(crate) fn is<A: Message>(&mut self) -> bool {
         match self {
-            Mail::Msg(b) => <dyn Any + Send>::is::<A>(&**b),
+            Mail::Msg(v) => v.is::<A>(),
             Mail::Down(_) => TypeId::of::<A>() == TypeId::of::<ProcessDied>(),
             Mail::Encoded { .. } => self.decode_as::<A>(),
             Mail::Signal { .. } | Mail::Dropped => false,
@@ -91,7 +99,7 @@ impl Mail {
         }
         match A::decode_remote(bytes) {
             Ok(a) => {
-                *self = Mail::Msg(Box::new(a));
+                *self = Mail::msg(a);
                 true
             }
             Err(e) => {
@@ -115,7 +123,7 @@ impl Mail {
             return Err(self);
         }
         match self {
-            Mail::Msg(b) => b.downcast::<A>().map(|b| *b).map_err(Mail::Msg),
+            Mail::Msg(v) => v.downcast::<A>().map_err(Mail::Msg),
             Mail::Down(d) => {
                 let mut slot = Some(d);
                 match (&mut slot as &mut dyn Any).downcast_mut::<Option<A>>() {
@@ -131,7 +139,7 @@ impl Mail {
     #[inline]
     pub(crate) fn peek<A: Message>(&self) -> Option<&A> {
         match self {
-            Mail::Msg(b) => b.downcast_ref::<A>(),
+            Mail::Msg(v) => v.downcast_ref::<A>(),
             Mail::Down(d) => (d as &dyn Any).downcast_ref::<A>(),
             _ => None,
         }
@@ -292,7 +300,9 @@ impl Process {
     ///
     /// As for [`Process::local`]: called by the running process itself.
     pub(crate) unsafe fn drain(&self) {
-        self.has_signal.store(false, Ordering::Relaxed);
+        if self.has_signal.load(Ordering::Relaxed) {
+            self.has_signal.store(false, Ordering::Relaxed);
+        }
         // SAFETY: the caller is the running process (our precondition).
         let local = unsafe { self.local() };
         let start = local.saved.len();
@@ -325,7 +335,7 @@ impl Process {
                     if local.trap_exits {
                         local
                             .saved
-                            .push_back(Mail::Msg(Box::new(ExitSignal { from, reason })));
+                            .push_back(Mail::msg(ExitSignal { from, reason }));
                     } else if reason.is_normal() {
                         // a normal exit signal does not kill a non-trapping process
                     } else {

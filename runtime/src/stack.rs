@@ -14,8 +14,10 @@
 //!   are carved from slabs (one `mmap` for many stacks) and returned to a
 //!   free list when their process exits. A refill thread keeps the free list
 //!   of the node's default size stocked (mapping slabs and touching each
-//!   stack's top page ahead of time), so spawn neither maps nor faults on its
-//!   path; it maps itself only if it outruns the refill thread.
+//!   stack's top page ahead of time). A spawn that outruns it maps a slab
+//!   itself, but leaves each stack's guard to be installed, and its top page
+//!   to be faulted in, when the process first runs ([`Stack::ensure_guard`]),
+//!   on whichever worker runs it: the spawner pays one `mmap` per slab.
 //! * Guard pages are installed with `MADV_GUARD_INSTALL` (Linux 6.13+), which
 //!   marks them in the page tables without splitting the mapping: a slab of
 //!   64 guarded stacks is one kernel mapping, so a million processes use
@@ -81,7 +83,11 @@ impl Drop for Slab {
 
 impl Slab {
     /// Maps `count` stacks of `size` usable bytes, each above a guard page.
-    fn map(size: usize, count: usize, prefault: bool) -> io::Result<(Slab, Vec<usize>)> {
+    /// With `eager` unset and guard regions available, the guard pages are
+    /// left for [`Stack::ensure_guard`] (the free-list entries carry
+    /// `UNGUARDED`); otherwise they are installed here, and with `eager` each
+    /// stack's top page is faulted in too.
+    fn map(size: usize, count: usize, eager: bool) -> io::Result<(Slab, Vec<usize>)> {
         let page = page_size();
         let stride = size + GUARD_PAGES * page;
         let len = stride * count;
@@ -115,16 +121,12 @@ impl Slab {
         for i in 0..count {
             let guard = slab.addr + i * stride;
             let lo = guard + GUARD_PAGES * page;
+            if guard_regions && !eager {
+                tops.push((lo + size) | UNGUARDED);
+                continue;
+            }
             let rc = if guard_regions {
-                // SAFETY: the guard pages lie inside the mapping made above
-                // and hold nothing yet.
-                unsafe {
-                    libc::madvise(
-                        guard as *mut libc::c_void,
-                        GUARD_PAGES * page,
-                        MADV_GUARD_INSTALL,
-                    )
-                }
+                install_guard(guard)
             } else {
                 // SAFETY: [lo, lo+size) lies inside the mapping made above.
                 unsafe {
@@ -138,7 +140,7 @@ impl Slab {
             if rc != 0 {
                 return Err(map_limit_error(io::Error::last_os_error()));
             }
-            if prefault {
+            if eager {
                 // SAFETY: the word below the top lies in the read/write region
                 // just made; nothing else uses this stack yet.
                 unsafe { std::ptr::write_volatile((lo + size - 8) as *mut u64, 0) };
@@ -152,6 +154,24 @@ impl Slab {
 /// `madvise` advice (Linux 6.13+) that turns pages into guard pages in the
 /// page tables, without splitting the mapping.
 const MADV_GUARD_INSTALL: libc::c_int = 102;
+
+/// Low bit of a free-list entry (a stack top, page aligned): the stack's
+/// guard pages are not installed yet.
+const UNGUARDED: usize = 1;
+
+/// Installs the guard pages at `guard` (the bottom of a stack's stride, in a
+/// slab this module mapped); 0 or -1 as `madvise` returns.
+fn install_guard(guard: usize) -> libc::c_int {
+    // SAFETY: the guard pages lie inside a slab mapped by `Slab::map` and
+    // are never handed out as stack memory.
+    unsafe {
+        libc::madvise(
+            guard as *mut libc::c_void,
+            GUARD_PAGES * page_size(),
+            MADV_GUARD_INSTALL,
+        )
+    }
+}
 
 /// Whether this kernel has guard regions (`MADV_GUARD_INSTALL`). With them a
 /// whole slab of guarded stacks is one kernel mapping; without them each
@@ -212,6 +232,8 @@ fn map_limit_error(err: io::Error) -> io::Error {
 pub(crate) struct Stack {
     top: usize,
     size: usize,
+    /// The guard pages are installed (see [`Stack::ensure_guard`]).
+    guarded: bool,
     pool: *const StackPool,
 }
 
@@ -227,12 +249,29 @@ impl Stack {
         let hi = self.top - self.size;
         (hi - GUARD_PAGES * page_size(), hi, self.size)
     }
+
+    /// Installs the guard pages if the stack came from a slab mapped without
+    /// them. Must succeed before the stack runs anything.
+    pub(crate) fn ensure_guard(&mut self) -> io::Result<()> {
+        if !self.guarded {
+            if install_guard(self.guard().0) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            self.guarded = true;
+        }
+        Ok(())
+    }
 }
 
 impl Drop for Stack {
     fn drop(&mut self) {
+        let entry = if self.guarded {
+            self.top
+        } else {
+            self.top | UNGUARDED
+        };
         // SAFETY: the pool outlives its stacks (type docs).
-        unsafe { &*self.pool }.give_back(self.top, self.size);
+        unsafe { &*self.pool }.give_back(entry, self.size);
     }
 }
 
@@ -243,6 +282,7 @@ impl Drop for Stack {
 // hands each one out once).
 unsafe impl corosensei::stack::Stack for Stack {
     fn base(&self) -> corosensei::stack::StackPointer {
+        debug_assert!(self.guarded, "a stack runs only once guarded");
         corosensei::stack::StackPointer::new(self.top).expect("stack top is non-zero")
     }
     fn limit(&self) -> corosensei::stack::StackPointer {
@@ -326,9 +366,17 @@ impl StackPool {
         }
     }
 
-    /// A stack of at least `size` bytes (already rounded by [`round_size`]).
-    /// The pool must outlive it (see [`Stack`]).
+    /// A guarded stack of at least `size` bytes (already rounded by
+    /// [`round_size`]). The pool must outlive it (see [`Stack`]).
     pub(crate) fn get(self: &Arc<Self>, size: usize) -> io::Result<Stack> {
+        let mut s = self.reserve(size)?;
+        s.ensure_guard()?;
+        Ok(s)
+    }
+
+    /// A stack of at least `size` bytes whose guard may not be installed
+    /// yet: [`Stack::ensure_guard`] before running on it.
+    pub(crate) fn reserve(self: &Arc<Self>, size: usize) -> io::Result<Stack> {
         let me = my_shard();
         let mut found = None;
         for k in 0..SHARDS {
@@ -346,15 +394,25 @@ impl StackPool {
                 self.want_refill();
             }
         }
-        if let Some(top) = found {
-            self.count(size, -1);
-            return Ok(Stack { top, size, pool });
-        }
-        let count = (4 * 1024 * 1024 / size).clamp(1, STACKS_PER_SLAB);
-        let (slab, mut tops) = Slab::map(size, count, false)?;
-        let top = tops.pop().expect("a slab holds at least one stack");
-        self.add_free(me, size, slab, tops);
-        Ok(Stack { top, size, pool })
+        let entry = match found {
+            Some(entry) => {
+                self.count(size, -1);
+                entry
+            }
+            None => {
+                let count = (4 * 1024 * 1024 / size).clamp(1, STACKS_PER_SLAB);
+                let (slab, mut tops) = Slab::map(size, count, false)?;
+                let entry = tops.pop().expect("a slab holds at least one stack");
+                self.add_free(me, size, slab, tops);
+                entry
+            }
+        };
+        Ok(Stack {
+            top: entry & !UNGUARDED,
+            size,
+            guarded: entry & UNGUARDED == 0,
+            pool,
+        })
     }
 
     fn add_free(&self, shard: usize, size: usize, slab: Slab, tops: Vec<usize>) {
@@ -485,5 +543,31 @@ mod tests {
         drop(s);
         let again = pool.get(size).unwrap();
         assert_eq!(again.top, top, "a freed stack is handed out again");
+    }
+
+    #[test]
+    fn a_reserved_stack_is_guarded_before_use() {
+        let size = round_size(64 * 1024);
+        let pool = StackPool::new(0);
+        let mut s = pool.reserve(size).unwrap();
+        assert_eq!(
+            s.guarded,
+            !guard_regions_supported(),
+            "a spawner-mapped slab leaves guards for later only with guard regions"
+        );
+        s.ensure_guard().unwrap();
+        assert!(s.guarded);
+        let top = s.top;
+        drop(s);
+        // Handed out again, it remembers it is guarded.
+        let again = pool.reserve(size).unwrap();
+        assert_eq!(again.top, top);
+        assert!(again.guarded);
+        // An unguarded one goes back unguarded.
+        let other = pool.reserve(size).unwrap();
+        let (top2, guarded2) = (other.top, other.guarded);
+        drop(other);
+        let back = pool.reserve(size).unwrap();
+        assert_eq!((back.top, back.guarded), (top2, guarded2));
     }
 }

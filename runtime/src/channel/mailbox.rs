@@ -108,13 +108,12 @@ impl<T> Sink<T> {
 
     /// Tells the process that every sender is gone.
     pub(crate) fn closed(&self) {
-        self.node
-            .deliver(self.pid, Mail::Msg(Box::new(PortClosed(self.id))));
+        self.node.deliver(self.pid, Mail::msg(PortClosed(self.id)));
     }
 }
 
 fn wrap<T: Send + 'static>(m: PortMessage<T>) -> Mail {
-    Mail::Msg(Box::new(m))
+    Mail::msg(m)
 }
 
 impl<T: Send + 'static> ReceivePort<T> {

@@ -7,7 +7,7 @@
 //! closed: later pushes hand the mail back and the sender drops it (a send to
 //! a dead process is not an error, as in Erlang).
 
-use crate::loom::Mutex;
+use crate::loom::{AtomicBool, Mutex, Ordering};
 use std::collections::VecDeque;
 
 /// A multi-producer queue drained by one owner. Generic so the loom models can
@@ -15,6 +15,21 @@ use std::collections::VecDeque;
 #[derive(Debug)]
 pub struct Mailbox<M> {
     inner: Mutex<Inner<M>>,
+    /// Set (under the lock) by every push, cleared by `drain_into`: lets the
+    /// owner skip the lock when nothing came (a process that has just sent
+    /// and goes back to receive, most of the time).
+    ///
+    /// Why a check that reads `false` loses nothing: a pusher wakes the
+    /// owner after pushing (`state.rs`), and reads the state word after the
+    /// owner's latest locked drain (the lock orders them), so it sees the
+    /// owner `RUNNING` and notifies it, and the owner's failed park then
+    /// sees the push. That holds only once the owner has drained under the
+    /// lock since it was last resumed (its `RUNNING` store is a plain store,
+    /// ordered by nothing else): `fresh` forces that first drain.
+    nonempty: AtomicBool,
+    /// The owner was resumed and has not drained under the lock since (see
+    /// `nonempty`). Only the owner's thread touches it.
+    fresh: AtomicBool,
 }
 
 #[derive(Debug)]
@@ -41,7 +56,16 @@ impl<M> Mailbox<M> {
                 closed: false,
                 flagged: false,
             }),
+            nonempty: AtomicBool::new(false),
+            fresh: AtomicBool::new(true),
         }
+    }
+
+    /// The owner is being resumed (started, or kept running after a failed
+    /// park): its next drain takes the lock (see `nonempty`).
+    #[inline]
+    pub fn owner_resumed(&self) {
+        self.fresh.store(true, Ordering::Relaxed);
     }
 
     /// Appends `m`; hands it back if the owner has exited.
@@ -59,6 +83,7 @@ impl<M> Mailbox<M> {
         }
         inner.queue.push_back(m);
         inner.flagged |= flag;
+        self.nonempty.store(true, Ordering::Release);
         Ok(())
     }
 
@@ -66,7 +91,12 @@ impl<M> Mailbox<M> {
     /// Returns how many moved, and whether any was pushed flagged.
     #[inline]
     pub fn drain_into(&self, out: &mut VecDeque<M>) -> (usize, bool) {
+        if !self.fresh.load(Ordering::Relaxed) && !self.nonempty.load(Ordering::Acquire) {
+            return (0, false);
+        }
         let mut inner = self.inner.lock();
+        self.fresh.store(false, Ordering::Relaxed);
+        self.nonempty.store(false, Ordering::Relaxed);
         let n = inner.queue.len();
         if out.is_empty() {
             std::mem::swap(out, &mut inner.queue);

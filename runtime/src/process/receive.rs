@@ -251,6 +251,14 @@ fn take_first(
     from: usize,
     find: impl Fn(&mut Mail) -> Option<usize>,
 ) -> Option<(usize, Mail)> {
+    // The common case first: the oldest mail is the one wanted.
+    if from == 0 {
+        let idx = find(saved.front_mut()?);
+        if let Some(idx) = idx {
+            return saved.pop_front().map(|m| (idx, m));
+        }
+        return take_first(saved, 1, find);
+    }
     let (pos, idx) = saved
         .range_mut(from..)
         .enumerate()

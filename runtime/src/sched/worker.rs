@@ -181,6 +181,7 @@ impl WorkerCtx {
         p.state.start();
         self.current.set(Arc::as_ptr(&p));
         loop {
+            p.mailbox.owner_resumed();
             // SAFETY: `state.start()` made this worker the RUNNING owner.
             let coro = unsafe { p.coro_mut() };
             let Some(coro) = coro.as_mut() else {
