@@ -330,7 +330,7 @@ pub fn send<M: Message>(to: Pid, msg: M) {
         },
     };
     if target.deliver(mail) {
-        w.node.sched.wake(target.clone());
+        w.node.sched.wake(target);
     }
 }
 

@@ -44,7 +44,8 @@ pub(crate) fn worker() -> Option<&'static WorkerCtx> {
 pub(crate) fn process() -> Option<&'static Process> {
     let w = worker()?;
     let p = w.current.get();
-    // SAFETY: `current` is set by the worker while it resumes the process and
-    // holds an `Arc` to it, so the process outlives the running code that asks.
+    // SAFETY: `current` is set by the worker while it resumes the process,
+    // which is in the process table (holding an `Arc` to it) until it has
+    // finished, so it outlives the running code that asks.
     unsafe { p.as_ref() }
 }

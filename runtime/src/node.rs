@@ -36,7 +36,7 @@ use crate::process::{ExitUnwind, Mail, Process};
 use crate::sched::blocking::BlockingPool;
 use crate::sched::timer::{Action, Timers};
 use crate::sched::worker::WorkerCtx;
-use crate::sched::Scheduler;
+use crate::sched::{Runnable, Scheduler};
 use crate::stack::{self, StackPool};
 use crate::table::{ProcessTable, Registry};
 use crossbeam_channel::{unbounded, Receiver, Sender};
@@ -255,8 +255,10 @@ impl NodeShared {
         }
         self.live_stripe()
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // In the table before any queue: a queued process may run and finish
+        // at once, and its entry is what keeps it alive (run_queue.rs).
         self.table.insert(p.clone());
-        self.sched.push(p);
+        self.sched.push(&p);
         Ok(pid)
     }
 
@@ -269,12 +271,11 @@ impl NodeShared {
         if to.creation() != self.creation {
             return; // a pid of an earlier incarnation of this node: dead
         }
-        let woken = self
-            .table
-            .with(to.serial(), |p| p.deliver(mail).then(|| p.clone()));
-        if let Some(Some(p)) = woken {
-            self.sched.wake(p);
-        }
+        self.table.with(to.serial(), |p| {
+            if p.deliver(mail) {
+                self.sched.wake(p);
+            }
+        });
     }
 
     /// The mail that carries `msg` to `to`: the value itself for a process of
@@ -329,7 +330,7 @@ impl NodeShared {
     pub(crate) fn wake_pid(&self, pid: Pid) {
         if let Some(p) = self.table.get(pid.serial()) {
             if p.state.wake() {
-                self.sched.wake(p);
+                self.sched.wake(&p);
             }
         }
     }
@@ -337,13 +338,22 @@ impl NodeShared {
     /// Schedules `p` if `wake` says so (for callers that hold the `Arc`).
     pub(crate) fn wake(&self, p: &Arc<Process>) {
         if p.state.wake() {
-            self.sched.wake(p.clone());
+            self.sched.wake(p);
         }
     }
 
     /// A process's body returned (or unwound): tell its watchers and links,
     /// free its name, its table entry and its stack.
-    pub(crate) fn finish(&self, p: Arc<Process>, reason: ExitReason) {
+    pub(crate) fn finish(&self, r: Runnable, reason: ExitReason) {
+        // SAFETY: called by the worker that ran the process, right after its
+        // body returned: it is still in the table (run_queue.rs).
+        let pid = unsafe { r.process() }.pid;
+        // Our own count: the table's goes below, and the process must live
+        // to the end of this function.
+        let Some(p) = self.table.get(pid.serial()) else {
+            log::error!("graft: process {pid} finished but is not in the table");
+            return;
+        };
         // SAFETY: the coroutine has returned; nothing will resume it, and the
         // worker that ran it is the one calling us.
         if let Some(c) = unsafe { p.coro_mut() }.take() {
@@ -519,7 +529,7 @@ impl Node {
             .name
             .clone()
             .unwrap_or_else(|| format!("graft-{creation:08x}@{}", addr.ip()));
-        let workers: Vec<crossbeam_deque::Worker<Arc<Process>>> = (0..config.workers)
+        let workers: Vec<crossbeam_deque::Worker<crate::sched::Runnable>> = (0..config.workers)
             .map(|_| crossbeam_deque::Worker::new_lifo())
             .collect();
         let stealers = workers.iter().map(|w| w.stealer()).collect();

@@ -39,17 +39,17 @@ use crate::process::Process;
 use crossbeam_deque::{Injector, Stealer};
 use idle::Idle;
 use run_queue::LifoSlot;
+pub(crate) use run_queue::Runnable;
 use std::collections::VecDeque;
-use std::sync::Arc;
 use worker::WorkerCtx;
 
 /// Shared scheduler state of one node.
 #[derive(Debug)]
 pub(crate) struct Scheduler {
-    pub(crate) injector: Injector<Arc<Process>>,
-    pub(crate) stealers: Vec<Stealer<Arc<Process>>>,
+    pub(crate) injector: Injector<Runnable>,
+    pub(crate) stealers: Vec<Stealer<Runnable>>,
     pub(crate) lifo: Vec<LifoSlot>,
-    pub(crate) pinned: Vec<Mutex<VecDeque<Arc<Process>>>>,
+    pub(crate) pinned: Vec<Mutex<VecDeque<Runnable>>>,
     /// Length of each pinned queue, read without its lock.
     pub(crate) pinned_len: Vec<AtomicUsize>,
     /// Per worker: bumped at every process switch (read by the monitor).
@@ -59,7 +59,7 @@ pub(crate) struct Scheduler {
 }
 
 impl Scheduler {
-    pub(crate) fn new(stealers: Vec<Stealer<Arc<Process>>>) -> Scheduler {
+    pub(crate) fn new(stealers: Vec<Stealer<Runnable>>) -> Scheduler {
         let n = stealers.len();
         Scheduler {
             injector: Injector::new(),
@@ -83,7 +83,7 @@ impl Scheduler {
         context::worker().filter(|w| std::ptr::eq(w.sched(), self))
     }
 
-    fn push_pinned(&self, i: usize, p: Arc<Process>) {
+    fn push_pinned(&self, i: usize, p: Runnable) {
         self.pinned[i].lock().push_back(p);
         self.pinned_len[i].fetch_add(1, Ordering::SeqCst);
         self.idle.notify_worker(i);
@@ -92,8 +92,9 @@ impl Scheduler {
     /// A parked process was woken (by a message, timer, signal): run it soon,
     /// preferably right after the waker on this worker.
     #[inline]
-    pub(crate) fn wake(&self, p: Arc<Process>) {
-        if let Some(i) = p.pinned {
+    pub(crate) fn wake(&self, p: &Process) {
+        let (pinned, p) = (p.pinned, Runnable::new(p));
+        if let Some(i) = pinned {
             return self.push_pinned(i, p);
         }
         match self.own_worker() {
@@ -112,8 +113,9 @@ impl Scheduler {
 
     /// A new (or yielding) process: to a stealable queue.
     #[inline]
-    pub(crate) fn push(&self, p: Arc<Process>) {
-        if let Some(i) = p.pinned {
+    pub(crate) fn push(&self, p: &Process) {
+        let (pinned, p) = (p.pinned, Runnable::new(p));
+        if let Some(i) = pinned {
             return self.push_pinned(i, p);
         }
         match self.own_worker() {
@@ -124,8 +126,9 @@ impl Scheduler {
     }
 
     /// A process that yielded: to the back of the global queue.
-    pub(crate) fn push_yielded(&self, p: Arc<Process>) {
-        if let Some(i) = p.pinned {
+    pub(crate) fn push_yielded(&self, p: &Process) {
+        let (pinned, p) = (p.pinned, Runnable::new(p));
+        if let Some(i) = pinned {
             return self.push_pinned(i, p);
         }
         self.injector.push(p);

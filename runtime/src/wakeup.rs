@@ -124,9 +124,10 @@ impl Unparker {
 fn arc_of(p: &'static Process) -> Arc<Process> {
     let raw: *const Process = p;
     // SAFETY: every `Process` is created by `Arc::new` in `NodeShared::spawn`
-    // and `context::process()` points at one the worker holds an `Arc` to
-    // while it runs (the strong count is at least 1 now), so `raw` came from
-    // `Arc::into_raw`-compatible storage; we add one count for the new `Arc`.
+    // and `context::process()` points at the running one, which the process
+    // table holds an `Arc` to until it finishes (the strong count is at
+    // least 1 now), so `raw` came from `Arc::into_raw`-compatible storage;
+    // we add one count for the new `Arc`.
     unsafe {
         Arc::increment_strong_count(raw);
         Arc::from_raw(raw)

@@ -9,8 +9,44 @@
 
 use crate::loom::{AtomicPtr, Ordering};
 use crate::process::Process;
-use std::ptr;
-use std::sync::Arc;
+use std::ptr::{self, NonNull};
+
+/// A runnable process as run queues hold it: a pointer, not an `Arc`.
+///
+/// No reference count is needed, and none is paid for (two atomic updates
+/// per wake, about a tenth of a message hop): a process is queued only by
+/// the one caller that moved its state to `SCHEDULED` (`state.rs`), which
+/// never happens once it has finished; a process that has not finished is
+/// in its node's process table, which holds an `Arc` to it; and it leaves
+/// the table only in `NodeShared::finish`, run by the worker that is running
+/// it (so not while it is queued), or after every worker has stopped
+/// (`Node::shutdown`), when no queue is read any more.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Runnable(NonNull<Process>);
+
+// SAFETY: a `Runnable` only names a process (which is `Send + Sync`); who may
+// dereference it is the invariant above.
+unsafe impl Send for Runnable {}
+
+impl Runnable {
+    /// Names `p`, which the caller has just moved to `SCHEDULED`.
+    #[inline]
+    pub(crate) fn new(p: &Process) -> Runnable {
+        Runnable(NonNull::from(p))
+    }
+
+    /// The process.
+    ///
+    /// # Safety
+    ///
+    /// The caller took this `Runnable` from a run queue (or is about to put
+    /// it in one) and has not finished the process: see the type docs.
+    #[inline]
+    pub(crate) unsafe fn process<'a>(self) -> &'a Process {
+        // SAFETY: the process is alive (the caller's precondition).
+        unsafe { self.0.as_ref() }
+    }
+}
 
 /// One slot holding at most one runnable process.
 #[derive(Debug)]
@@ -25,33 +61,22 @@ impl Default for LifoSlot {
 impl LifoSlot {
     /// Puts `p` in the slot and returns the previous occupant, if any.
     #[inline]
-    pub(crate) fn put(&self, p: Arc<Process>) -> Option<Arc<Process>> {
-        let new = Arc::into_raw(p) as *mut Process;
-        let old = self.0.swap(new, Ordering::AcqRel);
-        // SAFETY: a non-null pointer in the slot always came from
-        // `Arc::into_raw` and the swap made us its only owner.
-        (!old.is_null()).then(|| unsafe { Arc::from_raw(old) })
+    pub(crate) fn put(&self, p: Runnable) -> Option<Runnable> {
+        let old = self.0.swap(p.0.as_ptr(), Ordering::AcqRel);
+        NonNull::new(old).map(Runnable)
     }
 
     /// Takes the occupant, if any.
     #[inline]
-    pub(crate) fn take(&self) -> Option<Arc<Process>> {
+    pub(crate) fn take(&self) -> Option<Runnable> {
         if self.0.load(Ordering::Relaxed).is_null() {
             return None;
         }
-        let old = self.0.swap(ptr::null_mut(), Ordering::AcqRel);
-        // SAFETY: as in `put`: the swap transferred the `into_raw` ownership.
-        (!old.is_null()).then(|| unsafe { Arc::from_raw(old) })
+        NonNull::new(self.0.swap(ptr::null_mut(), Ordering::AcqRel)).map(Runnable)
     }
 
     /// `true` if a process waits in the slot.
     pub(crate) fn is_occupied(&self) -> bool {
         !self.0.load(Ordering::Relaxed).is_null()
-    }
-}
-
-impl Drop for LifoSlot {
-    fn drop(&mut self) {
-        drop(self.take());
     }
 }

@@ -5,7 +5,7 @@ use crate::coroutine::{Step, Suspend};
 use crate::loom::Ordering;
 use crate::node::NodeShared;
 use crate::process::Process;
-use crate::sched::Scheduler;
+use crate::sched::{Runnable, Scheduler};
 use crossbeam_deque::{Steal, Worker};
 use std::cell::Cell;
 use std::sync::Arc;
@@ -23,7 +23,7 @@ const SPIN_ROUNDS: u32 = 64;
 pub(crate) struct WorkerCtx {
     pub(crate) index: usize,
     pub(crate) node: Arc<NodeShared>,
-    pub(crate) local: Worker<Arc<Process>>,
+    pub(crate) local: Worker<Runnable>,
     /// The process being resumed now (null between processes).
     pub(crate) current: Cell<*const Process>,
     /// Scheduling rounds, for `GLOBAL_EVERY`.
@@ -96,7 +96,7 @@ impl WorkerCtx {
     }
 
     /// Everything but the LIFO slot, then the LIFO slot.
-    fn find_work(&self) -> Option<Arc<Process>> {
+    fn find_work(&self) -> Option<Runnable> {
         let sched = self.sched();
         let i = self.index;
         let round = self.rounds.get().wrapping_add(1);
@@ -138,7 +138,7 @@ impl WorkerCtx {
 
     /// Spins a little, then sleeps until notified. `None`: look again.
     #[cold]
-    fn wait_for_work(&self) -> Option<Arc<Process>> {
+    fn wait_for_work(&self) -> Option<Runnable> {
         let sched = self.sched();
         for round in 0..SPIN_ROUNDS {
             if sched.stop.load(Ordering::Relaxed) {
@@ -170,7 +170,10 @@ impl WorkerCtx {
     }
 
     /// Resumes `p` until it parks, yields or exits.
-    fn run_process(&self, p: Arc<Process>) {
+    fn run_process(&self, r: Runnable) {
+        // SAFETY: taken from a run queue, and this worker finishes it at the
+        // earliest below (after which `p` is not used).
+        let p: &Process = unsafe { r.process() };
         let sched = self.sched();
         // Only this worker writes its tick: a plain store, no atomic RMW.
         let tick = &sched.ticks[self.index];
@@ -179,7 +182,7 @@ impl WorkerCtx {
             Ordering::Relaxed,
         );
         p.state.start();
-        self.current.set(Arc::as_ptr(&p));
+        self.current.set(p);
         loop {
             p.mailbox.owner_resumed();
             // SAFETY: `state.start()` made this worker the RUNNING owner.
@@ -203,7 +206,8 @@ impl WorkerCtx {
                 }
                 Step::Exited(reason) => {
                     self.current.set(std::ptr::null());
-                    self.node.finish(p, reason);
+                    // `p` may be freed by this call: not used after it.
+                    self.node.finish(r, reason);
                     return;
                 }
             }
