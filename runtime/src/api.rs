@@ -65,6 +65,8 @@ fn suspend_current(me: &Process, why: Suspend) {
     // SAFETY: `me` is the running process; the yielder pointer was stored by
     // its own body and points into its own (live) stack.
     let y = unsafe { me.local().yielder.expect("a running process has a yielder") };
+    let here = 0u8;
+    me.note_parked_sp(std::ptr::addr_of!(here) as usize);
     // SAFETY: as above.
     suspend(unsafe { &*y }, why);
 }

@@ -99,6 +99,9 @@ impl Scheduler {
         }
         match self.own_worker() {
             Some(w) => {
+                // It runs next on this core: have its stack ready.
+                // SAFETY: `p` was just made from a live `&Process`.
+                unsafe { p.process() }.prefetch_stack();
                 if let Some(old) = self.lifo[w.index].put(p) {
                     w.local.push(old);
                     self.idle.notify_one();
