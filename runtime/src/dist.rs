@@ -55,7 +55,9 @@ const BIG_FRAME: usize = 16 << 10;
 /// thread the frame is held for [`flush_held`], which the worker runs once
 /// the process it resumed stops: what a process sends in one run leaves in
 /// one write, from the worker, without waking the connection's writer
-/// thread.
+/// thread. (A process that runs on without stopping has its frames flushed
+/// by the timer thread within a tick, see [`Dist::flush_all_held`], or by
+/// the writer once 32 KiB are held.)
 fn queue(sender: &PeerSender, kind: u8, payload: &[u8]) -> Result<(), NetError> {
     let on_worker = crate::context::worker().is_some();
     let send = || {
@@ -430,6 +432,15 @@ impl Dist {
         let ws = w.get_mut(&node)?;
         let i = ws.pending.iter().position(|(r, _)| *r == req)?;
         Some(ws.pending.swap_remove(i).1)
+    }
+
+    /// Writes whatever frames are held on any connection (see [`queue`]).
+    /// Run by the timer thread every tick, so that a process that runs for
+    /// long without stopping holds its frames back for a tick at most.
+    pub(crate) fn flush_all_held(&self) {
+        for p in self.peers.read().values() {
+            p.sender.flush();
+        }
     }
 
     /// Stops the transport (joins its threads).
