@@ -30,14 +30,17 @@
 //!
 //! [`Conn::send_held`] is for a sender that knows it will call
 //! [`Conn::flush`] soon (a scheduler thread, once the green thread it runs
-//! stops): a frame that would need the writer woken (or a direct write) is
-//! left in the buffer instead, `out.held` is set, and the sender is told to
-//! flush. Frames sent meanwhile join it, so a burst leaves in one write, and
-//! `flush` then writes it as a sparse frame would be (directly, or by waking
-//! the writer). Held bytes are capped at `HOLD_MAX`: beyond that the writer
-//! is woken at once, as for an ordinary send. Ordinary senders ignore `held`
-//! (their frame finds the buffer non-empty and wakes the writer), so a slow
-//! flusher delays only its own frames.
+//! stops): a frame that finds the writer parked and traffic sparse (the
+//! case for a direct write) is left in the buffer instead, `out.held` is
+//! set, and the sender is told to flush. Frames sent meanwhile join it, so a
+//! burst leaves in one write, and `flush` then writes it as a sparse frame
+//! would be (directly, or by waking the writer). Held bytes are capped at
+//! `HOLD_MAX`: beyond that the writer is woken at once. Dense traffic (a
+//! stream that the writer has just caught up with) is not held: it wakes the
+//! writer at once, as an ordinary send does, so the writer keeps writing
+//! while the sender produces. Ordinary senders ignore `held` (their frame
+//! finds the buffer non-empty and wakes the writer), so a slow flusher
+//! delays only its own frames.
 //!
 //! # Closing
 //!
@@ -94,6 +97,15 @@ struct Outbox {
     last_push: Instant,
     /// When the writer last parked; written by the writer.
     idle_since: Instant,
+}
+
+impl Outbox {
+    /// Whether traffic is sparse: neither the last write-or-wake decision
+    /// nor the writer's parking was less than `DIRECT_GAP` ago.
+    fn sparse(&self, now: Instant) -> bool {
+        now.duration_since(self.last_push) >= DIRECT_GAP
+            && now.duration_since(self.idle_since) >= DIRECT_GAP
+    }
 }
 
 /// Shared state of one connection, owned jointly by the transport's tables,
@@ -192,18 +204,13 @@ impl Conn {
         if !out.writer_idle {
             return Ok(false);
         }
-        if hold {
-            if out.buf.len() < HOLD_MAX {
-                out.held = true;
-                return Ok(true);
-            }
-            // Too much held back: the writer takes over.
-            out.held = false;
-            out.writer_idle = false;
-            drop(out);
-            self.wake.notify_one();
-            return Ok(false);
+        if hold && out.buf.len() < HOLD_MAX && (out.held || out.sparse(Instant::now())) {
+            out.held = true;
+            return Ok(true);
         }
+        // Nothing held and traffic dense (a stream: the writer keeps its
+        // rhythm), or too much held back: as an ordinary send.
+        out.held = false;
         self.write_or_wake(out, was_empty);
         Ok(false)
     }
@@ -228,8 +235,7 @@ impl Conn {
     /// writer's wake-up; wake it for whatever is left.
     fn write_or_wake(&self, mut out: MutexGuard<'_, Outbox>, alone: bool) {
         let now = Instant::now();
-        let sparse = now.duration_since(out.last_push) >= DIRECT_GAP
-            && now.duration_since(out.idle_since) >= DIRECT_GAP;
+        let sparse = out.sparse(now);
         out.last_push = now;
         if alone && sparse {
             match SockRef::from(&self.stream).send_with_flags(&out.buf, DIRECT_FLAGS) {

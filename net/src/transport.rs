@@ -369,12 +369,13 @@ impl PeerSender {
     }
 
     /// As [`send`](PeerSender::send), for a caller that will call
-    /// [`flush`](PeerSender::flush) soon: a frame that would have to wake
-    /// the writer thread (or be written at once) is held in the outbox
-    /// instead, and frames sent until the flush join it, so that they leave
-    /// in one write without a thread hand-off. `Ok(true)`: held, flush
-    /// soon; `Ok(false)`: the writer has it, nothing to do. At most 32 KiB
-    /// is held; beyond that the writer is woken as for `send`.
+    /// [`flush`](PeerSender::flush) soon: a frame that `send` would write
+    /// at once (the writer thread is parked and traffic is sparse) is held
+    /// in the outbox instead, and frames sent until the flush join it, so
+    /// that they leave in one write without a thread hand-off. `Ok(true)`:
+    /// held, flush soon; `Ok(false)`: the writer has it, nothing to do. At
+    /// most 32 KiB is held; beyond that, and for dense traffic, the writer
+    /// is woken as for `send`.
     ///
     /// # Errors
     ///
