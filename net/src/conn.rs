@@ -26,6 +26,22 @@
 //! loop then makes one syscall per frame (the writer never gets to batch),
 //! capping throughput near the syscall rate.
 //!
+//! # Held frames
+//!
+//! [`Conn::send_held`] is for a sender that knows it will call
+//! [`Conn::flush`] soon (a scheduler thread, once the green thread it runs
+//! stops): a frame that finds the writer parked and traffic sparse (the
+//! case for a direct write) is left in the buffer instead, `out.held` is
+//! set, and the sender is told to flush. Frames sent meanwhile join it, so a
+//! burst leaves in one write, and `flush` then writes it as a sparse frame
+//! would be (directly, or by waking the writer). Held bytes are capped at
+//! `HOLD_MAX`: beyond that the writer is woken at once. Dense traffic (a
+//! stream that the writer has just caught up with) is not held: it wakes the
+//! writer at once, as an ordinary send does, so the writer keeps writing
+//! while the sender produces. Ordinary senders ignore `held` (their frame
+//! finds the buffer non-empty and wakes the writer), so a slow flusher
+//! delays only its own frames.
+//!
 //! # Closing
 //!
 //! [`Conn::close`] is idempotent; the first caller's reason is kept. It shuts
@@ -39,7 +55,7 @@ use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, MutexGuard};
 use socket2::SockRef;
 
 use crate::frame::{self, kind, Decoder, Fill, FIRST_USER_KIND, FLAG_COMPRESSED};
@@ -57,6 +73,9 @@ const DIRECT_GAP: Duration = Duration::from_micros(10);
 const DIRECT_FLAGS: libc::c_int = libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL;
 #[cfg(not(any(target_os = "linux", target_os = "android", target_os = "freebsd")))]
 const DIRECT_FLAGS: libc::c_int = libc::MSG_DONTWAIT;
+/// Held frames beyond this many bytes wake the writer at once (see
+/// `send_held`).
+const HOLD_MAX: usize = 32 << 10;
 /// Size of the reader's buffer (grows for larger frames, then shrinks back).
 pub(crate) const READ_BUF: usize = 256 << 10;
 
@@ -70,10 +89,23 @@ struct Outbox {
     writer_idle: bool,
     /// Set once by `close`; senders fail and the writer stops.
     closed: bool,
-    /// When a sender last found the writer idle (see `push`).
+    /// Frames are held for a sender that promised a `flush` (see
+    /// `send_held`).
+    held: bool,
+    /// When a sender last found the writer idle and chose between writing
+    /// and waking it (see `push`, `flush`).
     last_push: Instant,
     /// When the writer last parked; written by the writer.
     idle_since: Instant,
+}
+
+impl Outbox {
+    /// Whether traffic is sparse: neither the last write-or-wake decision
+    /// nor the writer's parking was less than `DIRECT_GAP` ago.
+    fn sparse(&self, now: Instant) -> bool {
+        now.duration_since(self.last_push) >= DIRECT_GAP
+            && now.duration_since(self.idle_since) >= DIRECT_GAP
+    }
 }
 
 /// Shared state of one connection, owned jointly by the transport's tables,
@@ -114,6 +146,7 @@ impl Conn {
                 buf: Vec::with_capacity(WRITE_BUF),
                 writer_idle: false,
                 closed: false,
+                held: false,
                 last_push: Instant::now(),
                 idle_since: Instant::now(),
             }),
@@ -130,6 +163,17 @@ impl Conn {
 
     /// Queues one frame; never touches the socket.
     pub(crate) fn send(&self, kind: u8, payload: &[u8]) -> Result<(), NetError> {
+        self.send_frame(kind, payload, false).map(|_| ())
+    }
+
+    /// Queues one frame without waking the writer or writing (see "Held
+    /// frames"); `true`: the frame is held, and the caller must call
+    /// [`flush`](Conn::flush) soon.
+    pub(crate) fn send_held(&self, kind: u8, payload: &[u8]) -> Result<bool, NetError> {
+        self.send_frame(kind, payload, true)
+    }
+
+    fn send_frame(&self, kind: u8, payload: &[u8], hold: bool) -> Result<bool, NetError> {
         if kind < FIRST_USER_KIND {
             return Err(NetError::ReservedKind(kind));
         }
@@ -142,14 +186,15 @@ impl Conn {
         if payload.len() > self.compress_threshold {
             let z = frame::deflate(payload);
             if z.len() < payload.len() {
-                return self.push(|buf| frame::encode(buf, kind, FLAG_COMPRESSED, &z));
+                return self.push(hold, |buf| frame::encode(buf, kind, FLAG_COMPRESSED, &z));
             }
         }
-        self.push(|buf| frame::encode(buf, kind, 0, payload))
+        self.push(hold, |buf| frame::encode(buf, kind, 0, payload))
     }
 
+    /// Appends a frame; `true`: it is held for the caller's `flush`.
     #[inline]
-    fn push(&self, encode: impl FnOnce(&mut Vec<u8>)) -> Result<(), NetError> {
+    fn push(&self, hold: bool, encode: impl FnOnce(&mut Vec<u8>)) -> Result<bool, NetError> {
         let mut out = self.out.lock();
         if out.closed {
             return Err(NetError::NotConnected(self.info.id));
@@ -157,19 +202,46 @@ impl Conn {
         let was_empty = out.buf.is_empty();
         encode(&mut out.buf);
         if !out.writer_idle {
-            return Ok(());
+            return Ok(false);
         }
-        // The writer is parked with nothing in flight. When traffic is sparse,
-        // write directly (never blocking) and spare the writer's wake-up.
+        if hold && out.buf.len() < HOLD_MAX && (out.held || out.sparse(Instant::now())) {
+            out.held = true;
+            return Ok(true);
+        }
+        // Nothing held and traffic dense (a stream: the writer keeps its
+        // rhythm), or too much held back: as an ordinary send.
+        out.held = false;
+        self.write_or_wake(out, was_empty);
+        Ok(false)
+    }
+
+    /// Writes the held frames (see `send_held`), unless the writer or another
+    /// flush took them already.
+    pub(crate) fn flush(&self) {
+        let mut out = self.out.lock();
+        if !out.held {
+            return;
+        }
+        out.held = false;
+        if out.closed || out.buf.is_empty() || !out.writer_idle {
+            return;
+        }
+        self.write_or_wake(out, true);
+    }
+
+    /// The writer is parked with nothing in flight and `out.buf` holds
+    /// frames for it. When traffic is sparse and the buffer held nothing
+    /// else (`alone`), write them directly (never blocking) and spare the
+    /// writer's wake-up; wake it for whatever is left.
+    fn write_or_wake(&self, mut out: MutexGuard<'_, Outbox>, alone: bool) {
         let now = Instant::now();
-        let sparse = now.duration_since(out.last_push) >= DIRECT_GAP
-            && now.duration_since(out.idle_since) >= DIRECT_GAP;
+        let sparse = out.sparse(now);
         out.last_push = now;
-        if was_empty && sparse {
+        if alone && sparse {
             match SockRef::from(&self.stream).send_with_flags(&out.buf, DIRECT_FLAGS) {
                 Ok(n) if n == out.buf.len() => {
                     out.buf.clear();
-                    return Ok(());
+                    return;
                 }
                 Ok(n) => drop(out.buf.drain(..n)),
                 // WouldBlock, or a broken socket: the writer finds out.
@@ -179,7 +251,6 @@ impl Conn {
         out.writer_idle = false;
         drop(out);
         self.wake.notify_one();
-        Ok(())
     }
 
     pub(crate) fn is_closed(&self) -> bool {
@@ -245,6 +316,7 @@ impl Conn {
                     }
                     if !out.buf.is_empty() {
                         std::mem::swap(&mut out.buf, &mut spare);
+                        out.held = false; // the writer takes them
                         break;
                     }
                     let due = last_write + tick;

@@ -43,7 +43,10 @@
 //!   `write`, so small frames are coalesced. A frame that finds the writer
 //!   parked after a pause is written by the sender itself without blocking
 //!   (`MSG_DONTWAIT`), which saves a thread wake-up per message in
-//!   request/response traffic. `TCP_NODELAY` is on. The outbox is unbounded;
+//!   request/response traffic. [`PeerSender::send_held`] leaves the frame
+//!   for the caller's [`PeerSender::flush`] instead (a scheduler flushes
+//!   what a green thread sent once it stops, so its frames leave in one
+//!   write). `TCP_NODELAY` is on. The outbox is unbounded;
 //!   [`PeerSender::queued_bytes`] lets a sender watch it.
 //! * **Sending**: `Ok` means queued, not delivered. When a connection
 //!   breaks, frames still queued are lost, `send` starts failing with

@@ -368,6 +368,34 @@ impl PeerSender {
         self.conn.send(kind, payload)
     }
 
+    /// As [`send`](PeerSender::send), for a caller that will call
+    /// [`flush`](PeerSender::flush) soon: a frame that `send` would write
+    /// at once (the writer thread is parked and traffic is sparse) is held
+    /// in the outbox instead, and frames sent until the flush join it, so
+    /// that they leave in one write without a thread hand-off. `Ok(true)`:
+    /// held, flush soon; `Ok(false)`: the writer has it, nothing to do. At
+    /// most 32 KiB is held; beyond that, and for dense traffic, the writer
+    /// is woken as for `send`.
+    ///
+    /// # Errors
+    ///
+    /// As [`Transport::send`].
+    #[inline]
+    pub fn send_held(&self, kind: u8, payload: &[u8]) -> Result<bool, NetError> {
+        self.conn.send_held(kind, payload)
+    }
+
+    /// Writes the frames held by [`send_held`](PeerSender::send_held) (or
+    /// wakes the writer for them); does nothing if none are held.
+    pub fn flush(&self) {
+        self.conn.flush();
+    }
+
+    /// Whether both send to the same connection.
+    pub fn same_peer(&self, other: &PeerSender) -> bool {
+        Arc::ptr_eq(&self.conn, &other.conn)
+    }
+
     /// The peer this sender sends to.
     pub fn peer(&self) -> &PeerInfo {
         &self.conn.info

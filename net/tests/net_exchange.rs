@@ -478,3 +478,45 @@ fn a_slow_reader_fills_the_socket_and_nothing_is_lost() {
     a.shutdown();
     b.shutdown();
 }
+
+#[test]
+fn held_frames_leave_on_flush_with_a_later_send_or_past_the_cap() {
+    init_log();
+    let (a, _ra) = start(config("a", "c").compress_threshold(usize::MAX));
+    let (b, rb) = start(config("b", "c"));
+    let pb = a.connect(b.local_addr()).unwrap();
+    rb.wait_for("b sees a", |ev| ups(ev).len() == 1);
+    let pa = rb.ups()[0].id;
+    let sender = a.sender(pb.id).unwrap();
+    let frames = || rb.frames_from(pa);
+
+    // Held, then flushed: both leave, in order.
+    let _ = sender.send_held(20, b"one").unwrap();
+    let _ = sender.send_held(21, b"two").unwrap();
+    sender.flush();
+    sender.flush(); // nothing held: no effect
+    rb.wait_for("one, two", |ev| count_frames(ev) == 2);
+
+    // Held, then an ordinary send: it takes the held frame along.
+    let _ = sender.send_held(22, b"three").unwrap();
+    sender.send(23, b"four").unwrap();
+    rb.wait_for("three, four", |ev| count_frames(ev) == 4);
+
+    // Held past the cap, never flushed: the writer takes over.
+    let big = vec![7u8; 1000];
+    for _ in 0..100 {
+        let _ = sender.send_held(24, &big).unwrap();
+    }
+    rb.wait_for("the held burst", |ev| count_frames(ev) >= 4 + 33);
+    sender.flush();
+    rb.wait_for("all of it", |ev| count_frames(ev) == 104);
+
+    let got = frames();
+    let kinds: Vec<u8> = got.iter().map(|(k, _)| *k).collect();
+    assert_eq!(&kinds[..4], &[20, 21, 22, 23]);
+    assert_eq!(got[0].1, b"one");
+    assert_eq!(got[3].1, b"four");
+    assert!(got[4..].iter().all(|(k, p)| *k == 24 && *p == big));
+    a.shutdown();
+    b.shutdown();
+}

@@ -2,7 +2,9 @@
 //!
 //! Nodes form a full mesh of authenticated TCP connections (graft-net). A
 //! pid names its node; sending to a remote pid encodes the message (see
-//! `message.rs`) and queues one frame on that peer's connection. Frames from
+//! `message.rs`) and queues one frame on that peer's connection (held until
+//! the sending process stops, so what it sends in one run leaves in one
+//! write from its worker; see [`queue`]). Frames from
 //! one peer are handled in order on that peer's reader thread (the remote
 //! fast path: one hop from socket to mailbox), so messages and signals
 //! between two processes keep their order across nodes. Connection state
@@ -34,6 +36,7 @@ use crate::pid::{MonitorRef, NodeId, Pid};
 use crate::process::Mail;
 use ahash::AHashMap;
 use graft_net::{Handler, NetError, PeerId, PeerInfo, PeerSender, Transport, FIRST_USER_KIND};
+use std::cell::RefCell;
 use std::net::SocketAddr;
 use std::sync::{OnceLock, Weak};
 
@@ -48,13 +51,60 @@ const DELIVER_HEADER: usize = 8 + 4 + 8 + 8;
 /// 64 KiB process stack.
 const BIG_FRAME: usize = 16 << 10;
 
-/// Queues a frame on a peer connection (see [`BIG_FRAME`]).
+/// Queues a frame on a peer connection (see [`BIG_FRAME`]). On a worker
+/// thread the frame is held for [`flush_held`], which the worker runs once
+/// the process it resumed stops: what a process sends in one run leaves in
+/// one write, from the worker, without waking the connection's writer
+/// thread. (A process that runs on without stopping has its frames flushed
+/// by the timer thread within a tick, see [`Dist::flush_all_held`], or by
+/// the writer once 32 KiB are held.)
 fn queue(sender: &PeerSender, kind: u8, payload: &[u8]) -> Result<(), NetError> {
+    let on_worker = crate::context::worker().is_some();
+    let send = || {
+        if !on_worker {
+            return sender.send(kind, payload);
+        }
+        if sender.send_held(kind, payload)? {
+            HELD.with(|h| {
+                let mut h = h.borrow_mut();
+                if !h.iter().any(|s| s.same_peer(sender)) {
+                    h.push(sender.clone());
+                }
+            });
+        }
+        Ok(())
+    };
     if payload.len() >= BIG_FRAME {
-        crate::api::on_worker_stack(|| sender.send(kind, payload))
+        crate::api::on_worker_stack(send)
     } else {
-        sender.send(kind, payload)
+        send()
     }
+}
+
+thread_local! {
+    /// Connections holding frames sent from this worker thread (see
+    /// [`queue`]).
+    static HELD: RefCell<Vec<PeerSender>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Writes the frames this worker thread held (see [`queue`]). Run by the
+/// worker after each process it resumes, on its own stack.
+pub(crate) fn flush_held() {
+    HELD.with(|h| {
+        if h.borrow().is_empty() {
+            return;
+        }
+        let held = std::mem::take(&mut *h.borrow_mut());
+        for s in &held {
+            s.flush();
+        }
+        // Keep the allocation.
+        let mut h = h.borrow_mut();
+        if h.is_empty() {
+            *h = held;
+            h.clear();
+        }
+    });
 }
 
 /// Control commands between nodes.
@@ -384,6 +434,15 @@ impl Dist {
         Some(ws.pending.swap_remove(i).1)
     }
 
+    /// Writes whatever frames are held on any connection (see [`queue`]).
+    /// Run by the timer thread every tick, so that a process that runs for
+    /// long without stopping holds its frames back for a tick at most.
+    pub(crate) fn flush_all_held(&self) {
+        for p in self.peers.read().values() {
+            p.sender.flush();
+        }
+    }
+
     /// Stops the transport (joins its threads).
     pub(crate) fn shutdown(&self) {
         if let Some(t) = self.transport.get() {
@@ -654,8 +713,8 @@ fn on_ctl(n: &std::sync::Arc<NodeShared>, peer: &PeerInfo, from: NodeId, c: Ctl)
 
 /// Runs a spawn request from another node. On success the new process
 /// sends the `SpawnReply` itself, as the first thing it does: the reply and
-/// the body's first messages then leave together, and the asking node takes
-/// them in one wake-up instead of two. (A process runs its first
+/// the body's first messages then leave together (in one write, see
+/// [`queue`]), and the asking node takes them in one wake-up instead of two. (A process runs its first
 /// instructions before it acts on any signal, so the reply always goes,
 /// unless its node stops first, which the asker sees as a lost node.)
 fn remote_spawn(

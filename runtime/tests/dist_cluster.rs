@@ -430,3 +430,48 @@ fn spawn_link_on_a_body_that_dies_at_once_still_signals_the_caller() {
     })
     .unwrap();
 }
+
+#[test]
+fn a_process_that_sends_and_runs_on_without_stopping_still_gets_its_message_out() {
+    // Frames a process sends are held until it stops; one that runs on
+    // (here: waits on an OS-level flag the receiver sets) must not hold them
+    // for ever: the timer thread flushes them within a tick.
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static GOT: AtomicBool = AtomicBool::new(false);
+    // A long heartbeat, so that the writer's heartbeat does not flush them.
+    let slow = || {
+        Node::start(
+            NodeConfig::new("127.0.0.1:0")
+                .workers(2)
+                .cookie("dist-test")
+                .heartbeat(Duration::from_secs(30)),
+        )
+        .expect("node starts")
+    };
+    let (a, b) = (slow(), slow());
+    a.connect(b.addr()).expect("connect");
+    let (tx, rx) = std::sync::mpsc::channel::<Pid>();
+    let receiver = std::thread::spawn(move || {
+        b.run(move || {
+            tx.send(self_pid()).unwrap();
+            let m = expect_timeout::<u64>(Duration::from_secs(10)).expect("arrives");
+            GOT.store(true, Ordering::SeqCst);
+            m
+        })
+        .unwrap()
+    });
+    let target = rx.recv().unwrap();
+    a.run(move || {
+        send(target, 42u64);
+        let t = Instant::now();
+        while !GOT.load(Ordering::SeqCst) {
+            assert!(
+                t.elapsed() < Duration::from_secs(5),
+                "the message stayed held"
+            );
+            std::hint::spin_loop();
+        }
+    })
+    .unwrap();
+    assert_eq!(receiver.join().unwrap(), 42);
+}

@@ -127,6 +127,11 @@ impl Timers {
             if now >= next_check {
                 node.sched.rescue_stuck(&mut last_ticks);
                 next_check = now + MONITOR_TICK;
+                // Frames a long-running process holds (see `dist::queue`).
+                drop(s);
+                node.dist.flush_all_held();
+                s = self.state.lock();
+                continue;
             }
             let until = s
                 .heap

@@ -92,6 +92,8 @@ impl WorkerCtx {
                 }
             };
             self.run_process(p);
+            // What it sent to other nodes leaves now (see `dist::queue`).
+            crate::dist::flush_held();
         }
     }
 
