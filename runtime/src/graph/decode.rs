@@ -204,12 +204,21 @@ impl<'a, S: Source> Decoder<'a, S> {
         Ok(s)
     }
 
+    /// A LEB128 number; one and two byte numbers (below 16384: most
+    /// lengths, labels and variant indices) are read inline.
     #[inline(always)]
     fn varint(&mut self) -> Result<u64> {
-        if let Some(&b) = self.input.get(self.pos) {
+        let p = self.pos;
+        if let Some(&b) = self.input.get(p) {
             if b < 0x80 {
-                self.pos += 1;
+                self.pos = p + 1;
                 return Ok(u64::from(b));
+            }
+            if let Some(&c) = self.input.get(p + 1) {
+                if c < 0x80 {
+                    self.pos = p + 2;
+                    return Ok(u64::from(b & 0x7f) | u64::from(c) << 7);
+                }
             }
         }
         self.varint_slow()
@@ -608,24 +617,51 @@ impl<'a, S: Source> Decoder<'a, S> {
     ///
     /// Truncated or invalid input, a back-reference to an unknown node, or a
     /// strong reference into a node under construction.
+    #[inline]
     pub fn arc<T: Mobile>(&mut self) -> Result<Arc<T>> {
+        // Back-references (the common case in a DAG) are read inline; a new
+        // node's content is decoded out of line.
+        if !S::TEXT && self.input.get(self.pos) == Some(&TAG_REF) {
+            self.pos += 1;
+            let label = self.varint()?;
+            return self.arc_ref(usize::try_from(label).unwrap_or(usize::MAX));
+        }
+        self.arc_node()
+    }
+
+    /// Any other node: a new or shared one, a dead weak, or any node of the
+    /// text form.
+    #[inline(never)]
+    fn arc_node<T: Mobile>(&mut self) -> Result<Arc<T>> {
         let (tag, label) = self.node_tag::<T>()?;
         match tag {
             TAG_NEW => self.nest(|d| T::decode_arc(d, false)),
             TAG_SHARED => self.nest(|d| T::decode_arc(d, true)),
-            TAG_REF => match self.table::<T>().get(label) {
-                Some(Slot::Done(a)) => {
-                    let a = a.clone();
-                    self.strong_refs += 1;
-                    Ok(a)
-                }
-                Some(_) => Err(self.invalid(
-                    "strong reference to a node still being decoded (strong cycles must go through graph::Cell)",
-                )),
-                None => Err(self.invalid(format!("back-reference to unknown node #{label}"))),
-            },
+            TAG_REF => self.arc_ref(label),
             TAG_DEAD => Err(self.invalid("dead weak reference where an Arc was expected")),
             t => Err(self.invalid(format!("bad node tag {t}"))),
+        }
+    }
+
+    /// A strong back-reference to node `label`.
+    #[inline]
+    fn arc_ref<T: Mobile>(&mut self, label: usize) -> Result<Arc<T>> {
+        if let Some(Slot::Done(a)) = self.table::<T>().get(label) {
+            let a = a.clone();
+            self.strong_refs += 1;
+            return Ok(a);
+        }
+        Err(self.bad_ref::<T>(label))
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn bad_ref<T: Mobile>(&mut self, label: usize) -> DecodeError {
+        match self.table::<T>().get(label) {
+            Some(_) => self.invalid(
+                "strong reference to a node still being decoded (strong cycles must go through graph::Cell)",
+            ),
+            None => self.invalid(format!("back-reference to unknown node #{label}")),
         }
     }
 
