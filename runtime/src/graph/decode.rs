@@ -559,10 +559,13 @@ impl<'a, S: Source> Decoder<'a, S> {
             Some((t, _)) if *t == ty => self.last_table,
             _ => self.find_table::<T>(ty),
         };
-        match self.tables[i].1.downcast_mut::<Vec<Slot<T>>>() {
-            Some(t) => t,
-            None => unreachable!("graph decoder: table keyed by the wrong TypeId"),
-        }
+        let table: *mut (dyn Any + Send) = &mut *self.tables[i].1;
+        // SAFETY: `find_table` is the only place that adds tables, and it
+        // keys each with the `TypeId` of the `T` whose `Vec<Slot<T>>` it
+        // boxes; the key matched `T` above, so the box holds a
+        // `Vec<Slot<T>>` (what `downcast_mut` would check a second time,
+        // through the vtable, on every back-reference).
+        unsafe { &mut *table.cast::<Vec<Slot<T>>>() }
     }
 
     #[inline(never)]
