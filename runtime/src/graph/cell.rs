@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use std::any::Any;
 
+use super::decode::Pending;
 use super::encode::Deferred;
 use super::wire::{Binary, Format, Source, Text, Walk};
 use super::{DecodeError, Decoder, Describer, Encoder, Mobile};
@@ -152,26 +153,19 @@ fn write_content<T: Mobile, F: Format>(slot: &Mutex<Option<T>>, e: &mut Encoder<
     }
 }
 
-fn fill<T: Mobile, S: Source>(
-    d: &mut Decoder<'_, S>,
-    cell: &(dyn Any + Send + Sync),
-) -> Result<(), DecodeError> {
-    let v = T::decode(d)?;
-    match cell.downcast_ref::<Mutex<Option<T>>>() {
-        Some(slot) => *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(v),
-        None => unreachable!("graph::Cell filled with the wrong type"),
+impl<T: Mobile, S: Source> Pending<S> for Mutex<Option<T>> {
+    fn fill(&self, d: &mut Decoder<'_, S>) -> Result<(), DecodeError> {
+        let v = T::decode(d)?;
+        *self.lock().unwrap_or_else(|e| e.into_inner()) = Some(v);
+        Ok(())
     }
-    Ok(())
+
+    fn empty(&self) -> Option<Box<dyn Any + Send>> {
+        let v = self.lock().unwrap_or_else(|e| e.into_inner()).take()?;
+        Some(Box::new(v))
+    }
 }
 
-fn empty<T: Mobile>(cell: &(dyn Any + Send + Sync)) -> Option<Box<dyn Any + Send>> {
-    let slot = cell.downcast_ref::<Mutex<Option<T>>>()?;
-    let v = slot.lock().unwrap_or_else(|e| e.into_inner()).take()?;
-    Some(Box::new(v))
-}
-
-/// On the wire, a cell is nothing where it stands; its content follows the
-/// root value (see `encode.rs`).
 impl<T: Mobile> Mobile for Cell<T> {
     fn describe(d: &mut Describer) {
         d.write("Cell<");
@@ -183,7 +177,7 @@ impl<T: Mobile> Mobile for Cell<T> {
     }
     fn decode<S: Source>(d: &mut Decoder<'_, S>) -> Result<Self, DecodeError> {
         let slot = Arc::new(Mutex::new(None));
-        d.defer(fill::<T, S>, empty::<T>, slot.clone())?;
+        d.defer(slot.clone())?;
         Ok(Cell { slot })
     }
 }

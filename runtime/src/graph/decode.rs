@@ -63,27 +63,24 @@ pub struct Decoder<'a, S: Source> {
     max_segments: usize,
     zero_budget: u64,
     /// Cells waiting for their content, in order.
-    pending: VecDeque<CellEntry<'a, S>>,
+    pending: VecDeque<Arc<dyn Pending<S>>>,
     /// Filled cells whose content holds a strong back-reference: the only
     /// cells a strong cycle can be closed through (see `finish`).
-    closing: Vec<(Empty, Arc<dyn Any + Send + Sync>)>,
+    closing: Vec<Arc<dyn Pending<S>>>,
     /// Strong back-references decoded so far.
     strong_refs: u64,
     _s: PhantomData<S>,
 }
 
-/// A cell made by the decoder (type-erased).
-struct CellEntry<'a, S: Source> {
-    fill: Fill<'a, S>,
-    empty: Empty,
-    cell: Arc<dyn Any + Send + Sync>,
+/// A cell made by the decoder, waiting for its content (type-erased: one
+/// virtual call per cell, no downcast).
+pub(crate) trait Pending<S: Source>: Send + Sync {
+    /// Decodes the cell's content into it.
+    fn fill(&self, d: &mut Decoder<'_, S>) -> Result<()>;
+    /// Takes the content out of the cell (to break cycles of a failed
+    /// decode).
+    fn empty(&self) -> Option<Box<dyn Any + Send>>;
 }
-
-/// Decodes a cell's content into it.
-pub(crate) type Fill<'a, S> =
-    for<'b> fn(&'b mut Decoder<'a, S>, &'b (dyn Any + Send + Sync)) -> Result<()>;
-/// Takes the content out of a cell (to break cycles of a failed decode).
-pub(crate) type Empty = fn(&(dyn Any + Send + Sync)) -> Option<Box<dyn Any + Send>>;
 
 impl<S: Source> std::fmt::Debug for Decoder<'_, S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -133,8 +130,8 @@ impl<'a, S: Source> Decoder<'a, S> {
     pub(crate) fn finish(self, failed: bool) {
         let mut contents = Vec::new();
         if failed {
-            for (empty, cell) in &self.closing {
-                contents.extend(empty(&**cell));
+            for cell in &self.closing {
+                contents.extend(cell.empty());
             }
         }
         let all = (
@@ -152,30 +149,25 @@ impl<'a, S: Source> Decoder<'a, S> {
     }
 
     /// Queues a cell to be filled after the root value.
-    pub(crate) fn defer(
-        &mut self,
-        fill: Fill<'a, S>,
-        empty: Empty,
-        cell: Arc<dyn Any + Send + Sync>,
-    ) -> Result<()> {
+    pub(crate) fn defer(&mut self, cell: Arc<dyn Pending<S>>) -> Result<()> {
         if S::TEXT {
             self.expect_word("<cell>")?;
         }
-        self.pending.push_back(CellEntry { fill, empty, cell });
+        self.pending.push_back(cell);
         Ok(())
     }
 
     /// Fills the queued cells (which may queue more).
     pub(crate) fn flush(&mut self) -> Result<()> {
-        while let Some(entry) = self.pending.pop_front() {
+        while let Some(cell) = self.pending.pop_front() {
             if S::TEXT {
                 self.expect_word("cell")?;
                 self.punct(b':')?;
             }
             let before = self.strong_refs;
-            (entry.fill)(self, &*entry.cell)?;
+            cell.fill(self)?;
             if self.strong_refs != before {
-                self.closing.push((entry.empty, entry.cell));
+                self.closing.push(cell);
             }
         }
         Ok(())
