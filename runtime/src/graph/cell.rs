@@ -1,7 +1,9 @@
 //! [`Cell`]: the mutable cell through which strong cycles are built.
 
 use std::fmt;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, MutexGuard};
 
 use std::any::Any;
 
@@ -71,8 +73,9 @@ impl<T> Cell<T> {
     }
 
     fn lock(&self) -> MutexGuard<'_, Option<T>> {
-        // A panic in `with` cannot leave the value half-written by us.
-        self.slot.lock().unwrap_or_else(|e| e.into_inner())
+        // No poisoning: a panic in `with` cannot leave the value
+        // half-written by us.
+        self.slot.lock()
     }
 
     /// Replaces the value.
@@ -124,11 +127,11 @@ impl<T: fmt::Debug> fmt::Debug for Cell<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // `try_lock`: a Debug of a cyclic graph must not deadlock.
         match self.slot.try_lock() {
-            Ok(g) => match &*g {
+            Some(g) => match &*g {
                 Some(v) => f.debug_tuple("Cell").field(v).finish(),
                 None => f.write_str("Cell(<decoding>)"),
             },
-            Err(_) => f.write_str("Cell(<locked>)"),
+            None => f.write_str("Cell(<locked>)"),
         }
     }
 }
@@ -146,7 +149,7 @@ impl<T: Mobile> Deferred for Mutex<Option<T>> {
 }
 
 fn write_content<T: Mobile, F: Format>(slot: &Mutex<Option<T>>, e: &mut Encoder<'_, F>) {
-    let g = slot.lock().unwrap_or_else(|e| e.into_inner());
+    let g = slot.lock();
     match &*g {
         Some(v) => v.encode(e),
         None => unreachable!("graph::Cell encoded while being decoded"),
@@ -156,12 +159,12 @@ fn write_content<T: Mobile, F: Format>(slot: &Mutex<Option<T>>, e: &mut Encoder<
 impl<T: Mobile, S: Source> Pending<S> for Mutex<Option<T>> {
     fn fill(&self, d: &mut Decoder<'_, S>) -> Result<(), DecodeError> {
         let v = T::decode(d)?;
-        *self.lock().unwrap_or_else(|e| e.into_inner()) = Some(v);
+        *self.lock() = Some(v);
         Ok(())
     }
 
     fn empty(&self) -> Option<Box<dyn Any + Send>> {
-        let v = self.lock().unwrap_or_else(|e| e.into_inner()).take()?;
+        let v = self.lock().take()?;
         Some(Box::new(v))
     }
 }
