@@ -1,10 +1,13 @@
 //! [`Cell`]: the mutable cell through which strong cycles are built.
 
 use std::fmt;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, MutexGuard};
 
 use std::any::Any;
 
+use super::decode::Pending;
 use super::encode::Deferred;
 use super::wire::{Binary, Format, Source, Text, Walk};
 use super::{DecodeError, Decoder, Describer, Encoder, Mobile};
@@ -70,8 +73,9 @@ impl<T> Cell<T> {
     }
 
     fn lock(&self) -> MutexGuard<'_, Option<T>> {
-        // A panic in `with` cannot leave the value half-written by us.
-        self.slot.lock().unwrap_or_else(|e| e.into_inner())
+        // No poisoning: a panic in `with` cannot leave the value
+        // half-written by us.
+        self.slot.lock()
     }
 
     /// Replaces the value.
@@ -123,11 +127,11 @@ impl<T: fmt::Debug> fmt::Debug for Cell<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // `try_lock`: a Debug of a cyclic graph must not deadlock.
         match self.slot.try_lock() {
-            Ok(g) => match &*g {
+            Some(g) => match &*g {
                 Some(v) => f.debug_tuple("Cell").field(v).finish(),
                 None => f.write_str("Cell(<decoding>)"),
             },
-            Err(_) => f.write_str("Cell(<locked>)"),
+            None => f.write_str("Cell(<locked>)"),
         }
     }
 }
@@ -145,33 +149,26 @@ impl<T: Mobile> Deferred for Mutex<Option<T>> {
 }
 
 fn write_content<T: Mobile, F: Format>(slot: &Mutex<Option<T>>, e: &mut Encoder<'_, F>) {
-    let g = slot.lock().unwrap_or_else(|e| e.into_inner());
+    let g = slot.lock();
     match &*g {
         Some(v) => v.encode(e),
         None => unreachable!("graph::Cell encoded while being decoded"),
     }
 }
 
-fn fill<T: Mobile, S: Source>(
-    d: &mut Decoder<'_, S>,
-    cell: &(dyn Any + Send + Sync),
-) -> Result<(), DecodeError> {
-    let v = T::decode(d)?;
-    match cell.downcast_ref::<Mutex<Option<T>>>() {
-        Some(slot) => *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(v),
-        None => unreachable!("graph::Cell filled with the wrong type"),
+impl<T: Mobile, S: Source> Pending<S> for Mutex<Option<T>> {
+    fn fill(&self, d: &mut Decoder<'_, S>) -> Result<(), DecodeError> {
+        let v = T::decode(d)?;
+        *self.lock() = Some(v);
+        Ok(())
     }
-    Ok(())
+
+    fn empty(&self) -> Option<Box<dyn Any + Send>> {
+        let v = self.lock().take()?;
+        Some(Box::new(v))
+    }
 }
 
-fn empty<T: Mobile>(cell: &(dyn Any + Send + Sync)) -> Option<Box<dyn Any + Send>> {
-    let slot = cell.downcast_ref::<Mutex<Option<T>>>()?;
-    let v = slot.lock().unwrap_or_else(|e| e.into_inner()).take()?;
-    Some(Box::new(v))
-}
-
-/// On the wire, a cell is nothing where it stands; its content follows the
-/// root value (see `encode.rs`).
 impl<T: Mobile> Mobile for Cell<T> {
     fn describe(d: &mut Describer) {
         d.write("Cell<");
@@ -183,7 +180,7 @@ impl<T: Mobile> Mobile for Cell<T> {
     }
     fn decode<S: Source>(d: &mut Decoder<'_, S>) -> Result<Self, DecodeError> {
         let slot = Arc::new(Mutex::new(None));
-        d.defer(fill::<T, S>, empty::<T>, slot.clone())?;
+        d.defer(slot.clone())?;
         Ok(Cell { slot })
     }
 }

@@ -1,5 +1,6 @@
 //! Code references: how a function crosses the wire. The only module of the
-//! graph serialiser with `unsafe` code.
+//! graph serialiser with `unsafe` code, apart from one cast of the decoder's
+//! typed node tables (`Decoder::table`).
 //!
 //! A mobile function is written as
 //!

@@ -63,27 +63,24 @@ pub struct Decoder<'a, S: Source> {
     max_segments: usize,
     zero_budget: u64,
     /// Cells waiting for their content, in order.
-    pending: VecDeque<CellEntry<'a, S>>,
+    pending: VecDeque<Arc<dyn Pending<S>>>,
     /// Filled cells whose content holds a strong back-reference: the only
     /// cells a strong cycle can be closed through (see `finish`).
-    closing: Vec<(Empty, Arc<dyn Any + Send + Sync>)>,
+    closing: Vec<Arc<dyn Pending<S>>>,
     /// Strong back-references decoded so far.
     strong_refs: u64,
     _s: PhantomData<S>,
 }
 
-/// A cell made by the decoder (type-erased).
-struct CellEntry<'a, S: Source> {
-    fill: Fill<'a, S>,
-    empty: Empty,
-    cell: Arc<dyn Any + Send + Sync>,
+/// A cell made by the decoder, waiting for its content (type-erased: one
+/// virtual call per cell, no downcast).
+pub(crate) trait Pending<S: Source>: Send + Sync {
+    /// Decodes the cell's content into it.
+    fn fill(&self, d: &mut Decoder<'_, S>) -> Result<()>;
+    /// Takes the content out of the cell (to break cycles of a failed
+    /// decode).
+    fn empty(&self) -> Option<Box<dyn Any + Send>>;
 }
-
-/// Decodes a cell's content into it.
-pub(crate) type Fill<'a, S> =
-    for<'b> fn(&'b mut Decoder<'a, S>, &'b (dyn Any + Send + Sync)) -> Result<()>;
-/// Takes the content out of a cell (to break cycles of a failed decode).
-pub(crate) type Empty = fn(&(dyn Any + Send + Sync)) -> Option<Box<dyn Any + Send>>;
 
 impl<S: Source> std::fmt::Debug for Decoder<'_, S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -133,8 +130,8 @@ impl<'a, S: Source> Decoder<'a, S> {
     pub(crate) fn finish(self, failed: bool) {
         let mut contents = Vec::new();
         if failed {
-            for (empty, cell) in &self.closing {
-                contents.extend(empty(&**cell));
+            for cell in &self.closing {
+                contents.extend(cell.empty());
             }
         }
         let all = (
@@ -152,30 +149,25 @@ impl<'a, S: Source> Decoder<'a, S> {
     }
 
     /// Queues a cell to be filled after the root value.
-    pub(crate) fn defer(
-        &mut self,
-        fill: Fill<'a, S>,
-        empty: Empty,
-        cell: Arc<dyn Any + Send + Sync>,
-    ) -> Result<()> {
+    pub(crate) fn defer(&mut self, cell: Arc<dyn Pending<S>>) -> Result<()> {
         if S::TEXT {
             self.expect_word("<cell>")?;
         }
-        self.pending.push_back(CellEntry { fill, empty, cell });
+        self.pending.push_back(cell);
         Ok(())
     }
 
     /// Fills the queued cells (which may queue more).
     pub(crate) fn flush(&mut self) -> Result<()> {
-        while let Some(entry) = self.pending.pop_front() {
+        while let Some(cell) = self.pending.pop_front() {
             if S::TEXT {
                 self.expect_word("cell")?;
                 self.punct(b':')?;
             }
             let before = self.strong_refs;
-            (entry.fill)(self, &*entry.cell)?;
+            cell.fill(self)?;
             if self.strong_refs != before {
-                self.closing.push((entry.empty, entry.cell));
+                self.closing.push(cell);
             }
         }
         Ok(())
@@ -204,12 +196,21 @@ impl<'a, S: Source> Decoder<'a, S> {
         Ok(s)
     }
 
+    /// A LEB128 number; one and two byte numbers (below 16384: most
+    /// lengths, labels and variant indices) are read inline.
     #[inline(always)]
     fn varint(&mut self) -> Result<u64> {
-        if let Some(&b) = self.input.get(self.pos) {
+        let p = self.pos;
+        if let Some(&b) = self.input.get(p) {
             if b < 0x80 {
-                self.pos += 1;
+                self.pos = p + 1;
                 return Ok(u64::from(b));
+            }
+            if let Some(&c) = self.input.get(p + 1) {
+                if c < 0x80 {
+                    self.pos = p + 2;
+                    return Ok(u64::from(b & 0x7f) | u64::from(c) << 7);
+                }
             }
         }
         self.varint_slow()
@@ -550,10 +551,13 @@ impl<'a, S: Source> Decoder<'a, S> {
             Some((t, _)) if *t == ty => self.last_table,
             _ => self.find_table::<T>(ty),
         };
-        match self.tables[i].1.downcast_mut::<Vec<Slot<T>>>() {
-            Some(t) => t,
-            None => unreachable!("graph decoder: table keyed by the wrong TypeId"),
-        }
+        let table: *mut (dyn Any + Send) = &mut *self.tables[i].1;
+        // SAFETY: `find_table` is the only place that adds tables, and it
+        // keys each with the `TypeId` of the `T` whose `Vec<Slot<T>>` it
+        // boxes; the key matched `T` above, so the box holds a
+        // `Vec<Slot<T>>` (what `downcast_mut` would check a second time,
+        // through the vtable, on every back-reference).
+        unsafe { &mut *table.cast::<Vec<Slot<T>>>() }
     }
 
     #[inline(never)]
@@ -608,24 +612,51 @@ impl<'a, S: Source> Decoder<'a, S> {
     ///
     /// Truncated or invalid input, a back-reference to an unknown node, or a
     /// strong reference into a node under construction.
+    #[inline]
     pub fn arc<T: Mobile>(&mut self) -> Result<Arc<T>> {
+        // Back-references (the common case in a DAG) are read inline; a new
+        // node's content is decoded out of line.
+        if !S::TEXT && self.input.get(self.pos) == Some(&TAG_REF) {
+            self.pos += 1;
+            let label = self.varint()?;
+            return self.arc_ref(usize::try_from(label).unwrap_or(usize::MAX));
+        }
+        self.arc_node()
+    }
+
+    /// Any other node: a new or shared one, a dead weak, or any node of the
+    /// text form.
+    #[inline(never)]
+    fn arc_node<T: Mobile>(&mut self) -> Result<Arc<T>> {
         let (tag, label) = self.node_tag::<T>()?;
         match tag {
             TAG_NEW => self.nest(|d| T::decode_arc(d, false)),
             TAG_SHARED => self.nest(|d| T::decode_arc(d, true)),
-            TAG_REF => match self.table::<T>().get(label) {
-                Some(Slot::Done(a)) => {
-                    let a = a.clone();
-                    self.strong_refs += 1;
-                    Ok(a)
-                }
-                Some(_) => Err(self.invalid(
-                    "strong reference to a node still being decoded (strong cycles must go through graph::Cell)",
-                )),
-                None => Err(self.invalid(format!("back-reference to unknown node #{label}"))),
-            },
+            TAG_REF => self.arc_ref(label),
             TAG_DEAD => Err(self.invalid("dead weak reference where an Arc was expected")),
             t => Err(self.invalid(format!("bad node tag {t}"))),
+        }
+    }
+
+    /// A strong back-reference to node `label`.
+    #[inline]
+    fn arc_ref<T: Mobile>(&mut self, label: usize) -> Result<Arc<T>> {
+        if let Some(Slot::Done(a)) = self.table::<T>().get(label) {
+            let a = a.clone();
+            self.strong_refs += 1;
+            return Ok(a);
+        }
+        Err(self.bad_ref::<T>(label))
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn bad_ref<T: Mobile>(&mut self, label: usize) -> DecodeError {
+        match self.table::<T>().get(label) {
+            Some(_) => self.invalid(
+                "strong reference to a node still being decoded (strong cycles must go through graph::Cell)",
+            ),
+            None => self.invalid(format!("back-reference to unknown node #{label}")),
         }
     }
 
