@@ -5,6 +5,7 @@
 //! the worker why; the worker decides what happens next (park it, requeue it).
 
 use crate::exit::ExitReason;
+use crate::process::value::Value;
 use crate::stack::Stack;
 use corosensei::{Coroutine, CoroutineResult, Yielder};
 
@@ -27,18 +28,53 @@ pub(crate) enum Step {
 /// The yielder handle a running process suspends through.
 pub(crate) type ProcYielder = Yielder<(), Suspend>;
 
-/// The body a process runs, with the yielder it suspends through.
-pub(crate) type Body = Box<dyn FnOnce(&ProcYielder) -> ExitReason + Send>;
+/// The body a process runs, with the yielder it suspends through, until its
+/// first run: kept inline when small (a [`Value`]), so a spawn allocates
+/// nothing for it, and the worker that first runs the process frees nothing
+/// of the spawner's. (Freeing on one thread what another allocated takes
+/// the allocator's lock for the other thread's arena, which a spawner holds
+/// whenever it allocates: with a boxed body, the worker running new
+/// processes spent most of a spawn burst waiting for that lock.)
+pub(crate) struct Body {
+    closure: Value,
+    call: fn(Value, &ProcYielder) -> ExitReason,
+}
+
+impl Body {
+    /// Wraps `f`.
+    pub(crate) fn new<F>(f: F) -> Body
+    where
+        F: FnOnce(&ProcYielder) -> ExitReason + Send + 'static,
+    {
+        fn call<F: FnOnce(&ProcYielder) -> ExitReason + 'static>(
+            v: Value,
+            y: &ProcYielder,
+        ) -> ExitReason {
+            match v.downcast::<F>() {
+                Ok(f) => f(y),
+                Err(_) => unreachable!("a body is called with its own closure"),
+            }
+        }
+        Body {
+            closure: Value::new(f),
+            call: call::<F>,
+        }
+    }
+
+    fn run(self, y: &ProcYielder) -> ExitReason {
+        (self.call)(self.closure, y)
+    }
+}
 
 /// A process body on its own stack.
 ///
 /// The coroutine is made on the first `resume`, by the worker that runs the
-/// process, not by its spawner: making it may install the stack's guard
-/// page and writes the first frame, which faults a fresh stack's top page
-/// in. A spawn that does neither is several times cheaper (the spawner goes
-/// on while the worker that runs the child pays for its stack). Until then
-/// the process holds its stack (reserved at spawn, so a spawn that cannot
-/// have one fails there) and its boxed body.
+/// process, not by its spawner: making it writes the first frame, which
+/// faults a fresh stack's top page in, and a spawn that takes no fault is
+/// about twice as cheap (the spawner goes on while the worker that runs the
+/// child pays for its page). Until then the process holds its stack (taken
+/// at spawn, so a spawn that cannot have one fails there) and its boxed
+/// body.
 pub(crate) enum Coro {
     Unstarted(Option<(Stack, Body)>),
     Started(Coroutine<(), Suspend, ExitReason, Stack>),
@@ -76,10 +112,7 @@ impl Coro {
     pub(crate) fn resume(&mut self) -> Step {
         let c = match self {
             Coro::Started(c) => c,
-            Coro::Unstarted(_) => match self.start() {
-                Ok(c) => c,
-                Err(reason) => return Step::Exited(reason),
-            },
+            Coro::Unstarted(_) => self.start(),
         };
         match c.resume(()) {
             CoroutineResult::Yield(s) => Step::Suspended(s),
@@ -87,26 +120,18 @@ impl Coro {
         }
     }
 
-    /// Makes the coroutine. A stack whose guard page cannot be installed
-    /// ends the process (it never runs without overflow detection).
+    /// Makes the coroutine.
     #[cold]
-    fn start(&mut self) -> Result<&mut Coroutine<(), Suspend, ExitReason, Stack>, ExitReason> {
+    fn start(&mut self) -> &mut Coroutine<(), Suspend, ExitReason, Stack> {
         if let Coro::Unstarted(parts) = self {
-            let Some((stack, _)) = parts.as_mut() else {
-                return Err(ExitReason::Other("process body already taken".into()));
-            };
-            if let Err(e) = stack.ensure_guard() {
-                log::error!("graft: cannot install a process stack's guard page: {e}");
-                return Err(ExitReason::Other(format!("no stack guard page: {e}")));
-            }
-            let (stack, body) = parts.take().expect("checked above");
+            let (stack, body) = parts.take().expect("an unstarted coroutine has its parts");
             *self = Coro::Started(Coroutine::with_stack(stack, move |y: &ProcYielder, ()| {
-                body(y)
+                body.run(y)
             }));
         }
         match self {
-            Coro::Started(c) => Ok(c),
-            Coro::Unstarted(_) => Err(ExitReason::Other("process did not start".into())),
+            Coro::Started(c) => c,
+            Coro::Unstarted(_) => unreachable!("started just above"),
         }
     }
 

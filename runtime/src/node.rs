@@ -208,7 +208,7 @@ impl NodeShared {
         let size = stack::round_size(spec.stack_size.unwrap_or(self.stack_size));
         let stack = self
             .stacks
-            .reserve(size)
+            .get(size)
             .map_err(|e| Error::Resource(format!("process stack: {e}")))?;
         let worker = context::worker().filter(|w| std::ptr::eq(&*w.node, self));
         let serial = match worker {
@@ -226,7 +226,7 @@ impl NodeShared {
         let raw = RawProc(raw);
         p.set_coro(Coro::new(
             stack,
-            Box::new(move |y| {
+            crate::coroutine::Body::new(move |y: &crate::coroutine::ProcYielder| {
                 let raw = raw;
                 // SAFETY: the process owns this coroutine and outlives it (see
                 // `Process`'s Drop); only the process itself touches `local`.

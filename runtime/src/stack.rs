@@ -14,14 +14,19 @@
 //!   are carved from slabs (one `mmap` for many stacks) and returned to a
 //!   free list when their process exits. A refill thread keeps the free list
 //!   of the node's default size stocked (mapping slabs and touching each
-//!   stack's top page ahead of time). A spawn that outruns it maps a slab
-//!   itself, but leaves each stack's guard to be installed, and its top page
-//!   to be faulted in, when the process first runs ([`Stack::ensure_guard`]),
-//!   on whichever worker runs it: the spawner pays one `mmap` per slab.
+//!   stack's top page ahead of time); a spawn maps a slab itself only if it
+//!   outruns the refill thread, and never faults a stack in (the coroutine,
+//!   whose first frame touches the stack, is made when the process first
+//!   runs: `coroutine.rs`).
 //! * Guard pages are installed with `MADV_GUARD_INSTALL` (Linux 6.13+), which
-//!   marks them in the page tables without splitting the mapping: a slab of
-//!   64 guarded stacks is one kernel mapping, so a million processes use
-//!   ~16,000 of `vm.max_map_count`. On older kernels each guard is an
+//!   marks them in the page tables without splitting the mapping, all of a
+//!   slab's in one `process_madvise` call where the kernel has it (6.15+).
+//!   Only the lowest guard of a slab is an `mprotect`ed page: it keeps the
+//!   kernel from merging neighbouring slabs into one mapping, whose every
+//!   growth (a new slab) would lock it against the page faults of processes
+//!   starting on their stacks (a spawn burst spent a third of its time
+//!   there). A slab of 64 guarded stacks is then two kernel mappings, so a
+//!   million processes use ~32,000 of `vm.max_map_count`. On older kernels each guard is an
 //!   `mprotect` that splits the mapping: a stack costs two entries of
 //!   `vm.max_map_count` (default 65,530). [`ensure_map_count`] then raises
 //!   the limit when permitted (and logs it), and a failed slab mapping is
@@ -83,11 +88,7 @@ impl Drop for Slab {
 
 impl Slab {
     /// Maps `count` stacks of `size` usable bytes, each above a guard page.
-    /// With `eager` unset and guard regions available, the guard pages are
-    /// left for [`Stack::ensure_guard`] (the free-list entries carry
-    /// `UNGUARDED`); otherwise they are installed here, and with `eager` each
-    /// stack's top page is faulted in too.
-    fn map(size: usize, count: usize, eager: bool) -> io::Result<(Slab, Vec<usize>)> {
+    fn map(size: usize, count: usize, prefault: bool) -> io::Result<(Slab, Vec<usize>)> {
         let page = page_size();
         let stride = size + GUARD_PAGES * page;
         let len = stride * count;
@@ -117,30 +118,36 @@ impl Slab {
             addr: addr as usize,
             len,
         };
-        let mut tops = Vec::with_capacity(count);
-        for i in 0..count {
-            let guard = slab.addr + i * stride;
-            let lo = guard + GUARD_PAGES * page;
-            if guard_regions && !eager {
-                tops.push((lo + size) | UNGUARDED);
-                continue;
+        let guards: Vec<usize> = (0..count).map(|i| slab.addr + i * stride).collect();
+        if guard_regions {
+            // The lowest guard is a real PROT_NONE page: it keeps the kernel
+            // from merging this slab with the one mapped next to it (see
+            // the module docs).
+            // SAFETY: the first page lies inside the mapping made above.
+            let rc =
+                unsafe { libc::mprotect(slab.addr as *mut libc::c_void, page, libc::PROT_NONE) };
+            if rc != 0 {
+                return Err(map_limit_error(io::Error::last_os_error()));
             }
-            let rc = if guard_regions {
-                install_guard(guard)
-            } else {
+            install_guards(&guards[1..])?;
+        }
+        let mut tops = Vec::with_capacity(count);
+        for &guard in &guards {
+            let lo = guard + GUARD_PAGES * page;
+            if !guard_regions {
                 // SAFETY: [lo, lo+size) lies inside the mapping made above.
-                unsafe {
+                let rc = unsafe {
                     libc::mprotect(
                         lo as *mut libc::c_void,
                         size,
                         libc::PROT_READ | libc::PROT_WRITE,
                     )
+                };
+                if rc != 0 {
+                    return Err(map_limit_error(io::Error::last_os_error()));
                 }
-            };
-            if rc != 0 {
-                return Err(map_limit_error(io::Error::last_os_error()));
             }
-            if eager {
+            if prefault {
                 // SAFETY: the word below the top lies in the read/write region
                 // just made; nothing else uses this stack yet.
                 unsafe { std::ptr::write_volatile((lo + size - 8) as *mut u64, 0) };
@@ -155,22 +162,94 @@ impl Slab {
 /// page tables, without splitting the mapping.
 const MADV_GUARD_INSTALL: libc::c_int = 102;
 
-/// Low bit of a free-list entry (a stack top, page aligned): the stack's
-/// guard pages are not installed yet.
-const UNGUARDED: usize = 1;
+/// `process_madvise`'s name for the calling process (Linux 6.15+).
+const PIDFD_SELF: libc::c_int = -10_000;
 
-/// Installs the guard pages at `guard` (the bottom of a stack's stride, in a
-/// slab this module mapped); 0 or -1 as `madvise` returns.
-fn install_guard(guard: usize) -> libc::c_int {
-    // SAFETY: the guard pages lie inside a slab mapped by `Slab::map` and
-    // are never handed out as stack memory.
-    unsafe {
-        libc::madvise(
-            guard as *mut libc::c_void,
-            GUARD_PAGES * page_size(),
+/// How this kernel lets us advise many ranges at once: `PIDFD_SELF`, a pidfd
+/// of our own (kept open for the life of the OS process), or not at all.
+fn self_pidfd() -> Option<libc::c_int> {
+    static FD: std::sync::OnceLock<Option<libc::c_int>> = std::sync::OnceLock::new();
+    *FD.get_or_init(|| {
+        if batch_guard_install(PIDFD_SELF, &[]).is_ok() {
+            return Some(PIDFD_SELF);
+        }
+        // SAFETY: pidfd_open of our own pid has no memory-safety preconditions.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, libc::getpid(), 0) };
+        if fd < 0 {
+            return None;
+        }
+        let fd = fd as libc::c_int;
+        if batch_guard_install(fd, &[]).is_ok() {
+            Some(fd)
+        } else {
+            // SAFETY: `fd` was opened just above and is used nowhere else.
+            unsafe { libc::close(fd) };
+            None
+        }
+    })
+}
+
+/// One `process_madvise(MADV_GUARD_INSTALL)` call over `guards` (an empty
+/// list probes whether the kernel takes the call).
+fn batch_guard_install(pidfd: libc::c_int, guards: &[usize]) -> io::Result<()> {
+    let len = GUARD_PAGES * page_size();
+    let iov: Vec<libc::iovec> = guards
+        .iter()
+        .map(|&g| libc::iovec {
+            iov_base: g as *mut libc::c_void,
+            iov_len: len,
+        })
+        .collect();
+    // SAFETY: `iov` describes guard pages inside a slab `Slab::map` just
+    // mapped (or nothing); the kernel only reads the vector.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_process_madvise,
+            pidfd,
+            iov.as_ptr(),
+            iov.len(),
             MADV_GUARD_INSTALL,
+            0,
         )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
     }
+    if rc as usize != len * guards.len() {
+        return Err(io::Error::other(
+            "process_madvise advised part of the guards",
+        ));
+    }
+    Ok(())
+}
+
+/// Installs the guard pages at each of `guards` (inside a slab just mapped).
+///
+/// One `process_madvise` call for the whole slab where the kernel has it,
+/// instead of one `madvise` per stack: the calls take the address-space
+/// lock, which a spawner growing its heap (`mprotect`) waits for, so fewer
+/// calls mean fewer waits as well as fewer syscalls.
+fn install_guards(guards: &[usize]) -> io::Result<()> {
+    if let Some(fd) = self_pidfd() {
+        if batch_guard_install(fd, guards).is_ok() {
+            return Ok(());
+        }
+    }
+    for &g in guards {
+        // SAFETY: the guard pages lie inside a slab just mapped and hold
+        // nothing yet.
+        let rc = unsafe {
+            libc::madvise(
+                g as *mut libc::c_void,
+                GUARD_PAGES * page_size(),
+                MADV_GUARD_INSTALL,
+            )
+        };
+        if rc != 0 {
+            return Err(map_limit_error(io::Error::last_os_error()));
+        }
+    }
+    Ok(())
 }
 
 /// Whether this kernel has guard regions (`MADV_GUARD_INSTALL`). With them a
@@ -232,8 +311,6 @@ fn map_limit_error(err: io::Error) -> io::Error {
 pub(crate) struct Stack {
     top: usize,
     size: usize,
-    /// The guard pages are installed (see [`Stack::ensure_guard`]).
-    guarded: bool,
     pool: *const StackPool,
 }
 
@@ -249,29 +326,12 @@ impl Stack {
         let hi = self.top - self.size;
         (hi - GUARD_PAGES * page_size(), hi, self.size)
     }
-
-    /// Installs the guard pages if the stack came from a slab mapped without
-    /// them. Must succeed before the stack runs anything.
-    pub(crate) fn ensure_guard(&mut self) -> io::Result<()> {
-        if !self.guarded {
-            if install_guard(self.guard().0) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            self.guarded = true;
-        }
-        Ok(())
-    }
 }
 
 impl Drop for Stack {
     fn drop(&mut self) {
-        let entry = if self.guarded {
-            self.top
-        } else {
-            self.top | UNGUARDED
-        };
         // SAFETY: the pool outlives its stacks (type docs).
-        unsafe { &*self.pool }.give_back(entry, self.size);
+        unsafe { &*self.pool }.give_back(self.top, self.size);
     }
 }
 
@@ -282,7 +342,6 @@ impl Drop for Stack {
 // hands each one out once).
 unsafe impl corosensei::stack::Stack for Stack {
     fn base(&self) -> corosensei::stack::StackPointer {
-        debug_assert!(self.guarded, "a stack runs only once guarded");
         corosensei::stack::StackPointer::new(self.top).expect("stack top is non-zero")
     }
     fn limit(&self) -> corosensei::stack::StackPointer {
@@ -366,17 +425,9 @@ impl StackPool {
         }
     }
 
-    /// A guarded stack of at least `size` bytes (already rounded by
-    /// [`round_size`]). The pool must outlive it (see [`Stack`]).
+    /// A stack of at least `size` bytes (already rounded by [`round_size`]).
+    /// The pool must outlive it (see [`Stack`]).
     pub(crate) fn get(self: &Arc<Self>, size: usize) -> io::Result<Stack> {
-        let mut s = self.reserve(size)?;
-        s.ensure_guard()?;
-        Ok(s)
-    }
-
-    /// A stack of at least `size` bytes whose guard may not be installed
-    /// yet: [`Stack::ensure_guard`] before running on it.
-    pub(crate) fn reserve(self: &Arc<Self>, size: usize) -> io::Result<Stack> {
         let me = my_shard();
         let mut found = None;
         for k in 0..SHARDS {
@@ -394,25 +445,15 @@ impl StackPool {
                 self.want_refill();
             }
         }
-        let entry = match found {
-            Some(entry) => {
-                self.count(size, -1);
-                entry
-            }
-            None => {
-                let count = (4 * 1024 * 1024 / size).clamp(1, STACKS_PER_SLAB);
-                let (slab, mut tops) = Slab::map(size, count, false)?;
-                let entry = tops.pop().expect("a slab holds at least one stack");
-                self.add_free(me, size, slab, tops);
-                entry
-            }
-        };
-        Ok(Stack {
-            top: entry & !UNGUARDED,
-            size,
-            guarded: entry & UNGUARDED == 0,
-            pool,
-        })
+        if let Some(top) = found {
+            self.count(size, -1);
+            return Ok(Stack { top, size, pool });
+        }
+        let count = (4 * 1024 * 1024 / size).clamp(1, STACKS_PER_SLAB);
+        let (slab, mut tops) = Slab::map(size, count, false)?;
+        let top = tops.pop().expect("a slab holds at least one stack");
+        self.add_free(me, size, slab, tops);
+        Ok(Stack { top, size, pool })
     }
 
     fn add_free(&self, shard: usize, size: usize, slab: Slab, tops: Vec<usize>) {
@@ -543,31 +584,5 @@ mod tests {
         drop(s);
         let again = pool.get(size).unwrap();
         assert_eq!(again.top, top, "a freed stack is handed out again");
-    }
-
-    #[test]
-    fn a_reserved_stack_is_guarded_before_use() {
-        let size = round_size(64 * 1024);
-        let pool = StackPool::new(0);
-        let mut s = pool.reserve(size).unwrap();
-        assert_eq!(
-            s.guarded,
-            !guard_regions_supported(),
-            "a spawner-mapped slab leaves guards for later only with guard regions"
-        );
-        s.ensure_guard().unwrap();
-        assert!(s.guarded);
-        let top = s.top;
-        drop(s);
-        // Handed out again, it remembers it is guarded.
-        let again = pool.reserve(size).unwrap();
-        assert_eq!(again.top, top);
-        assert!(again.guarded);
-        // An unguarded one goes back unguarded.
-        let other = pool.reserve(size).unwrap();
-        let (top2, guarded2) = (other.top, other.guarded);
-        drop(other);
-        let back = pool.reserve(size).unwrap();
-        assert_eq!((back.top, back.guarded), (top2, guarded2));
     }
 }

@@ -14,7 +14,7 @@ use std::any::TypeId;
 use std::mem::{align_of, size_of, ManuallyDrop, MaybeUninit};
 
 /// Words a value may take to be stored inline.
-const INLINE_WORDS: usize = 3;
+const INLINE_WORDS: usize = 5;
 
 /// What a [`Value`] knows of the type it holds.
 struct VTable {
@@ -150,9 +150,9 @@ mod tests {
     fn small_and_large_values_round_trip() {
         assert_eq!(Value::new(7u64).downcast::<u64>().unwrap(), 7);
         assert_eq!(Value::new(()).downcast::<()>().unwrap(), ());
-        let big = [1u64, 2, 3, 4, 5];
-        assert!(!fits::<[u64; 5]>());
-        assert_eq!(Value::new(big).downcast::<[u64; 5]>().unwrap(), big);
+        let big = [1u64, 2, 3, 4, 5, 6];
+        assert!(!fits::<[u64; 6]>());
+        assert_eq!(Value::new(big).downcast::<[u64; 6]>().unwrap(), big);
         let s = Value::new(String::from("hi"));
         assert_eq!(s.downcast_ref::<String>().map(String::as_str), Some("hi"));
         let s = s.downcast::<u64>().unwrap_err();
@@ -176,6 +176,7 @@ mod tests {
         let n = Arc::new(AtomicUsize::new(0));
         drop(Value::new(Counted(n.clone()))); // inline
         drop(Value::new((Counted(n.clone()), [0u64; 8]))); // boxed
+        assert!(fits::<[u64; 5]>() && !fits::<(Counted, [u64; 8])>());
         assert_eq!(n.load(Ordering::SeqCst), 2);
         let taken = Value::new(Counted(n.clone())).downcast::<Counted>().ok();
         assert_eq!(n.load(Ordering::SeqCst), 2, "a taken value is not dropped");
