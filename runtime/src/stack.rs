@@ -13,11 +13,14 @@
 //! * Mapping a fresh stack costs ~16 µs here, a pooled one ~28 ns, so stacks
 //!   are carved from slabs (one `mmap` for many stacks) and returned to a
 //!   free list when their process exits. A refill thread keeps the free list
-//!   of the node's default size stocked (mapping slabs and touching each
-//!   stack's top page ahead of time); a spawn maps a slab itself only if it
-//!   outruns the refill thread, and never faults a stack in (the coroutine,
-//!   whose first frame touches the stack, is made when the process first
-//!   runs: `coroutine.rs`).
+//!   of the node's default size stocked; a spawn maps a slab itself only if
+//!   it outruns the refill thread, and never faults a stack in: the
+//!   coroutine, whose first frame touches the stack, is made when the
+//!   process first runs (`coroutine.rs`), so a fresh stack's first page is
+//!   faulted in by the worker that runs it. (The refill thread used to touch
+//!   each stack's top page ahead of time: in a spawn burst on 2 cores it was
+//!   a third busy thread competing with the spawner, whose spawns took
+//!   1.8 µs instead of 1.2.)
 //! * Guard pages are installed with `MADV_GUARD_INSTALL` (Linux 6.13+), which
 //!   marks them in the page tables without splitting the mapping, all of a
 //!   slab's in one `process_madvise` call where the kernel has it (6.15+).
@@ -88,7 +91,7 @@ impl Drop for Slab {
 
 impl Slab {
     /// Maps `count` stacks of `size` usable bytes, each above a guard page.
-    fn map(size: usize, count: usize, prefault: bool) -> io::Result<(Slab, Vec<usize>)> {
+    fn map(size: usize, count: usize) -> io::Result<(Slab, Vec<usize>)> {
         let page = page_size();
         let stride = size + GUARD_PAGES * page;
         let len = stride * count;
@@ -146,11 +149,6 @@ impl Slab {
                 if rc != 0 {
                     return Err(map_limit_error(io::Error::last_os_error()));
                 }
-            }
-            if prefault {
-                // SAFETY: the word below the top lies in the read/write region
-                // just made; nothing else uses this stack yet.
-                unsafe { std::ptr::write_volatile((lo + size - 8) as *mut u64, 0) };
             }
             tops.push(lo + size);
         }
@@ -450,7 +448,7 @@ impl StackPool {
             return Ok(Stack { top, size, pool });
         }
         let count = (4 * 1024 * 1024 / size).clamp(1, STACKS_PER_SLAB);
-        let (slab, mut tops) = Slab::map(size, count, false)?;
+        let (slab, mut tops) = Slab::map(size, count)?;
         let top = tops.pop().expect("a slab holds at least one stack");
         self.add_free(me, size, slab, tops);
         Ok(Stack { top, size, pool })
@@ -494,7 +492,7 @@ impl StackPool {
                 }
             }
             while self.free_default.load(std::sync::atomic::Ordering::Relaxed) < REFILL_HIGH {
-                match Slab::map(size, count, true) {
+                match Slab::map(size, count) {
                     Ok((slab, tops)) => {
                         self.add_free(next_shard, size, slab, tops);
                         next_shard = (next_shard + 1) % SHARDS;
