@@ -26,7 +26,7 @@
 //!   every process. [`Node::run`] runs a root process and returns its value.
 //! * [`Pid`]: names a process for ever (pids are never reused).
 //! * Messages ([`Message`]): any [`Mobile`] value (`#[derive(Mobile)]`),
-//!   passed by pointer on its node and encoded as a graph for another node;
+//!   moved (never encoded) on its node and encoded as a graph for another node;
 //!   [`Local<T>`](Local) for values that must stay on their node. [`send`]
 //!   never blocks; [`receive`] is selective (by type, then guard), [`expect`]
 //!   takes the next message of one type.

@@ -1,8 +1,9 @@
 //! What can be a message: [`Message`], and [`Local`] for values that must
 //! never leave their node.
 //!
-//! Every [`Mobile`] type is a message: sent locally it travels by pointer
-//! (never copied, never encoded); sent to a process on another node it is
+//! Every [`Mobile`] type is a message: sent locally it is moved, never
+//! encoded (a value of up to 5 words is moved into the mailbox entry
+//! itself, a larger one travels by pointer); sent to a process on another node it is
 //! encoded as a graph with its type descriptor, and decoded lazily by the
 //! receiving process when one of its receive clauses asks for that type.
 //! A value that cannot cross a node boundary (a closure, a channel end, a

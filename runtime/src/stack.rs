@@ -251,7 +251,7 @@ fn install_guards(guards: &[usize]) -> io::Result<()> {
 }
 
 /// Whether this kernel has guard regions (`MADV_GUARD_INSTALL`). With them a
-/// whole slab of guarded stacks is one kernel mapping; without them each
+/// whole slab of guarded stacks is two kernel mappings; without them each
 /// guard page is an `mprotect` that splits the mapping (two entries of
 /// `vm.max_map_count` per stack, and a slower spawn when the pool is cold).
 pub(crate) fn guard_regions_supported() -> bool {
