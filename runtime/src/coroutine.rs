@@ -150,3 +150,63 @@ impl Coro {
 pub(crate) fn suspend(y: &ProcYielder, why: Suspend) {
     y.suspend(why);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stack::{round_size, StackPool};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    struct Counted(Arc<AtomicUsize>);
+    impl Drop for Counted {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn a_body_runs_on_the_first_resume_and_an_unstarted_one_is_only_dropped() {
+        let pool = StackPool::new(0);
+        let size = round_size(64 * 1024);
+        let (ran, dropped) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+
+        // Dropped before any resume: the body never runs, what it captured
+        // is dropped once, and its stack goes back to the pool.
+        let (r, held) = (ran.clone(), Counted(dropped.clone()));
+        let c = Coro::new(
+            pool.get(size).unwrap(),
+            Body::new(move |_: &ProcYielder| {
+                let _held = held;
+                r.fetch_add(1, Ordering::SeqCst);
+                ExitReason::Normal
+            }),
+        );
+        let top = c.into_stack().map(|s| s.guard().1);
+        assert!(
+            top.is_some(),
+            "an unstarted coroutine still holds its stack"
+        );
+        assert_eq!(ran.load(Ordering::SeqCst), 0);
+        assert_eq!(dropped.load(Ordering::SeqCst), 1);
+
+        // Resumed: it runs, suspends, runs to its end.
+        let (r, held) = (ran.clone(), Counted(dropped.clone()));
+        let mut c = Coro::new(
+            pool.get(size).unwrap(),
+            Body::new(move |y: &ProcYielder| {
+                let _held = held;
+                r.fetch_add(1, Ordering::SeqCst);
+                suspend(y, Suspend::Park);
+                r.fetch_add(1, Ordering::SeqCst);
+                ExitReason::Normal
+            }),
+        );
+        assert!(matches!(c.resume(), Step::Suspended(Suspend::Park)));
+        assert_eq!(ran.load(Ordering::SeqCst), 1);
+        assert!(matches!(c.resume(), Step::Exited(ExitReason::Normal)));
+        assert_eq!(ran.load(Ordering::SeqCst), 2);
+        assert_eq!(dropped.load(Ordering::SeqCst), 2);
+        drop(c.into_stack());
+    }
+}
