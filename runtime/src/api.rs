@@ -68,7 +68,7 @@ fn suspend_current(me: &Process, why: Suspend) {
     let here = 0u8;
     me.note_parked_sp(std::ptr::addr_of!(here) as usize);
     // SAFETY: as above.
-    suspend(unsafe { &*y }, why);
+    suspend(unsafe { y.as_ref() }, why);
 }
 
 /// Runs `f` on the worker thread's own (large) stack when called from a
@@ -83,7 +83,7 @@ pub(crate) fn on_worker_stack<R: Send>(f: impl FnOnce() -> R + Send) -> R {
     // stack, which is live while it runs this call.
     match unsafe { me.local().yielder } {
         // SAFETY: as above.
-        Some(y) => unsafe { &*y }.on_parent_stack(f),
+        Some(y) => unsafe { y.as_ref() }.on_parent_stack(f),
         None => f(),
     }
 }

@@ -182,7 +182,7 @@ mod tests {
                 ExitReason::Normal
             }),
         );
-        let top = c.into_stack().map(|s| s.guard().1);
+        let top = c.into_stack().map(|s| s.guard().lo);
         assert!(
             top.is_some(),
             "an unstarted coroutine still holds its stack"

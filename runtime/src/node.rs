@@ -217,7 +217,7 @@ impl NodeShared {
         };
         let pid = Pid::new(self.id, self.creation, serial);
         let pinned = if spec.pinned {
-            Some(context::worker().map_or(0, |w| w.index))
+            Some(context::worker().map_or(0, |w| w.index as u32))
         } else {
             None
         };
@@ -232,7 +232,7 @@ impl NodeShared {
                 // `Process`'s Drop); only the process itself touches `local`.
                 let me = unsafe { &*raw.0 };
                 // SAFETY: as above.
-                unsafe { me.local().yielder = Some(y) };
+                unsafe { me.local().yielder = Some(std::ptr::NonNull::from(y)) };
                 match catch_unwind(AssertUnwindSafe(f)) {
                     Ok(()) => ExitReason::Normal,
                     Err(payload) => {

@@ -64,14 +64,14 @@ extern "C" fn on_fault(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut l
     // Only plain loads: the thread-local worker pointer and the process
     // entry it points to (alive while the process runs on this thread).
     if let Some(p) = context::process() {
-        let (lo, hi, size) = p.guard;
-        if (lo..hi).contains(&addr) {
+        let g = p.guard;
+        if g.contains(addr) {
             let (mut a, mut b) = ([0u8; 20], [0u8; 20]);
             write_stderr(&[
                 b"graft: process #",
                 decimal(p.pid.serial(), &mut a),
                 b" overflowed its stack of ",
-                decimal((size / 1024) as u64, &mut b),
+                decimal(u64::from(g.size / 1024), &mut b),
                 b" KiB; spawn it with a larger graft::spawn_opts().stack_size(..) or \
                   NodeConfig::stack_size(..)\n",
             ]);

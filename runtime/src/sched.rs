@@ -93,7 +93,7 @@ impl Scheduler {
     /// preferably right after the waker on this worker.
     #[inline]
     pub(crate) fn wake(&self, p: &Process) {
-        let (pinned, p) = (p.pinned, Runnable::new(p));
+        let (pinned, p) = (p.pinned.map(|i| i as usize), Runnable::new(p));
         if let Some(i) = pinned {
             return self.push_pinned(i, p);
         }
@@ -117,7 +117,7 @@ impl Scheduler {
     /// A new (or yielding) process: to a stealable queue.
     #[inline]
     pub(crate) fn push(&self, p: &Process) {
-        let (pinned, p) = (p.pinned, Runnable::new(p));
+        let (pinned, p) = (p.pinned.map(|i| i as usize), Runnable::new(p));
         if let Some(i) = pinned {
             return self.push_pinned(i, p);
         }
@@ -130,7 +130,7 @@ impl Scheduler {
 
     /// A process that yielded: to the back of the global queue.
     pub(crate) fn push_yielded(&self, p: &Process) {
-        let (pinned, p) = (p.pinned, Runnable::new(p));
+        let (pinned, p) = (p.pinned.map(|i| i as usize), Runnable::new(p));
         if let Some(i) = pinned {
             return self.push_pinned(i, p);
         }

@@ -317,12 +317,33 @@ pub(crate) struct Stack {
 // moves the claim.
 unsafe impl Send for Stack {}
 
+/// Where a stack's guard pages lie, and the stack's usable size: a fault in
+/// `[lo, lo + len)` is that stack overflowing. (Compact: every process
+/// entry keeps one.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Guard {
+    pub(crate) lo: usize,
+    pub(crate) len: u32,
+    pub(crate) size: u32,
+}
+
+impl Guard {
+    /// Whether a fault at `addr` hit these guard pages.
+    pub(crate) fn contains(&self, addr: usize) -> bool {
+        (self.lo..self.lo + self.len as usize).contains(&addr)
+    }
+}
+
 impl Stack {
-    /// The guard page(s) below the stack, `[lo, hi)`, and the usable size:
-    /// a fault there is this stack overflowing.
-    pub(crate) fn guard(&self) -> (usize, usize, usize) {
-        let hi = self.top - self.size;
-        (hi - GUARD_PAGES * page_size(), hi, self.size)
+    /// The guard page(s) below the stack: a fault there is this stack
+    /// overflowing.
+    pub(crate) fn guard(&self) -> Guard {
+        let len = GUARD_PAGES * page_size();
+        Guard {
+            lo: self.top - self.size - len,
+            len: len as u32,
+            size: u32::try_from(self.size).unwrap_or(u32::MAX),
+        }
     }
 }
 
