@@ -59,12 +59,12 @@ const BIG_FRAME: usize = 16 << 10;
 /// by the timer thread within a tick, see [`Dist::flush_all_held`], or by
 /// the writer once 32 KiB are held.)
 fn queue(sender: &PeerSender, kind: u8, payload: &[u8]) -> Result<(), NetError> {
-    let on_worker = crate::context::worker().is_some();
     let send = || {
-        if !on_worker {
+        let Some(w) = crate::context::worker() else {
             return sender.send(kind, payload);
-        }
+        };
         if sender.send_held(kind, payload)? {
+            w.frames_held.set(true);
             HELD.with(|h| {
                 let mut h = h.borrow_mut();
                 if !h.iter().any(|s| s.same_peer(sender)) {

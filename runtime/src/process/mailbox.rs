@@ -75,7 +75,7 @@ impl<M> Mailbox<M> {
     }
 
     /// Appends `m`, marking the batch as needing attention if `flag`.
-    #[inline]
+    #[inline(always)]
     pub fn push_flagged(&self, m: M, flag: bool) -> Result<(), M> {
         let mut inner = self.inner.lock();
         if inner.closed {

@@ -30,6 +30,10 @@ pub(crate) struct WorkerCtx {
     pub(crate) rounds: Cell<u32>,
     /// Pid serials reserved for spawns on this worker: `[next, end)`.
     pub(crate) serials: Cell<(u64, u64)>,
+    /// A process run by this worker sent frames to another node that wait
+    /// for [`crate::dist::flush_held`] (checked here, not in a thread-local,
+    /// after every process run).
+    pub(crate) frames_held: Cell<bool>,
 }
 
 impl std::fmt::Debug for WorkerCtx {
@@ -93,7 +97,9 @@ impl WorkerCtx {
             };
             self.run_process(p);
             // What it sent to other nodes leaves now (see `dist::queue`).
-            crate::dist::flush_held();
+            if self.frames_held.replace(false) {
+                crate::dist::flush_held();
+            }
         }
     }
 
