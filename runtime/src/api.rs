@@ -779,7 +779,7 @@ pub fn process_info(pid: Pid) -> Option<ProcessInfo> {
             status: p.state.status(),
             mailbox_len: p.mailbox.len(),
             registered_name: m.name.clone(),
-            links: m.links.clone(),
+            links: m.links.as_slice().to_vec(),
             monitored_by: m.watchers.iter().map(|(_, w)| *w).collect(),
             trap_exits: m.trap_exits,
         }

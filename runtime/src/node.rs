@@ -381,7 +381,7 @@ impl NodeShared {
         local.saved = Default::default();
         local.storage = None;
         local.last_target = None;
-        local.monitors = Vec::new();
+        local.monitors = Default::default();
         if !reason.is_normal() {
             log::debug!("graft: process {} exited: {reason}", p.pid);
         }

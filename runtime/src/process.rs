@@ -146,12 +146,69 @@ impl Mail {
     }
 }
 
+/// A vector that takes one word until its first push: every process entry
+/// has a few (links, watchers, monitors), and most processes never use
+/// them, while a cold spawn's cost follows the entry's size.
+#[derive(Debug)]
+#[allow(clippy::box_collection)] // the box is the point: one word when empty
+pub(crate) struct LazyVec<T>(Option<Box<Vec<T>>>);
+
+impl<T> Default for LazyVec<T> {
+    fn default() -> Self {
+        LazyVec(None)
+    }
+}
+
+impl<T> LazyVec<T> {
+    pub(crate) fn push(&mut self, v: T) {
+        self.0.get_or_insert_with(Default::default).push(v);
+    }
+
+    pub(crate) fn as_slice(&self) -> &[T] {
+        self.0.as_deref().map_or(&[], Vec::as_slice)
+    }
+
+    pub(crate) fn iter(&self) -> std::slice::Iter<'_, T> {
+        self.as_slice().iter()
+    }
+
+    pub(crate) fn contains(&self, x: &T) -> bool
+    where
+        T: PartialEq,
+    {
+        self.as_slice().contains(x)
+    }
+
+    pub(crate) fn retain(&mut self, f: impl FnMut(&T) -> bool) {
+        if let Some(v) = &mut self.0 {
+            v.retain(f);
+        }
+    }
+
+    /// Removes the element at `i` (which must be in range, as from
+    /// `iter().position(..)`), moving the last one into its place.
+    pub(crate) fn swap_remove(&mut self, i: usize) -> T {
+        self.0
+            .as_mut()
+            .expect("swap_remove of an index found in the vector")
+            .swap_remove(i)
+    }
+}
+
+impl<T> IntoIterator for LazyVec<T> {
+    type Item = T;
+    type IntoIter = std::vec::IntoIter<T>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.map(|b| *b).unwrap_or_default().into_iter()
+    }
+}
+
 /// Shared, lock-protected bookkeeping of a process.
 #[derive(Debug, Default)]
 pub(crate) struct Meta {
-    pub(crate) links: Vec<Pid>,
+    pub(crate) links: LazyVec<Pid>,
     /// Who monitors this process: (reference, watcher).
-    pub(crate) watchers: Vec<(MonitorRef, Pid)>,
+    pub(crate) watchers: LazyVec<(MonitorRef, Pid)>,
     pub(crate) name: Option<String>,
     pub(crate) exited: bool,
     pub(crate) trap_exits: bool,
@@ -172,7 +229,7 @@ pub(crate) struct Local {
     pub(crate) saved: VecDeque<Mail>,
     pub(crate) trap_exits: bool,
     /// Monitors this process holds (references whose `ProcessDied` it wants).
-    pub(crate) monitors: Vec<(MonitorRef, Pid)>,
+    pub(crate) monitors: LazyVec<(MonitorRef, Pid)>,
     /// The coroutine's yielder (lives on the process's own stack).
     pub(crate) yielder: Option<std::ptr::NonNull<ProcYielder>>,
     /// Process-local storage, by type (made on first use: most processes
