@@ -332,7 +332,7 @@ pub fn send<M: Message>(to: Pid, msg: M) {
         },
     };
     if target.deliver(mail) {
-        w.node.sched.wake(target);
+        w.node.sched.wake_from(Some(w), target);
     }
 }
 

@@ -93,11 +93,18 @@ impl Scheduler {
     /// preferably right after the waker on this worker.
     #[inline]
     pub(crate) fn wake(&self, p: &Process) {
+        self.wake_from(self.own_worker(), p);
+    }
+
+    /// [`Scheduler::wake`] for a caller that already knows its worker
+    /// (`context::worker()`, which need not be this scheduler's).
+    #[inline]
+    pub(crate) fn wake_from(&self, w: Option<&WorkerCtx>, p: &Process) {
         let (pinned, p) = (p.pinned.map(|i| i as usize), Runnable::new(p));
         if let Some(i) = pinned {
             return self.push_pinned(i, p);
         }
-        match self.own_worker() {
+        match w.filter(|w| std::ptr::eq(w.sched(), self)) {
             Some(w) => {
                 // It runs next on this core: have its stack ready.
                 // SAFETY: `p` was just made from a live `&Process`.
