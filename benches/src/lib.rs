@@ -6,7 +6,10 @@
 /// graft_benches::report("ring", "ns_per_hop", "ns", 212.4);
 /// ```
 pub fn report(bench: &str, metric: &str, unit: &str, value: f64) {
-    println!(
+    use std::io::Write;
+    // A reader that went away (`| head -1`) is not the bench failing.
+    let _ = writeln!(
+        std::io::stdout(),
         "{{\"system\":\"graft\",\"bench\":\"{bench}\",\"metric\":\"{metric}\",\"unit\":\"{unit}\",\"value\":{value:.1}}}"
     );
 }
