@@ -73,8 +73,7 @@ impl Body {
 /// faults a fresh stack's top page in, and a spawn that takes no fault is
 /// about twice as cheap (the spawner goes on while the worker that runs the
 /// child pays for its page). Until then the process holds its stack (taken
-/// at spawn, so a spawn that cannot have one fails there) and its boxed
-/// body.
+/// at spawn, so a spawn that cannot have one fails there) and its body.
 pub(crate) enum Coro {
     Unstarted(Option<(Stack, Body)>),
     Started(Coroutine<(), Suspend, ExitReason, Stack>),

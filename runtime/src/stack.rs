@@ -126,9 +126,14 @@ impl Slab {
             // The lowest guard is a real PROT_NONE page: it keeps the kernel
             // from merging this slab with the one mapped next to it (see
             // the module docs).
-            // SAFETY: the first page lies inside the mapping made above.
-            let rc =
-                unsafe { libc::mprotect(slab.addr as *mut libc::c_void, page, libc::PROT_NONE) };
+            // SAFETY: the first guard lies inside the mapping made above.
+            let rc = unsafe {
+                libc::mprotect(
+                    slab.addr as *mut libc::c_void,
+                    GUARD_PAGES * page,
+                    libc::PROT_NONE,
+                )
+            };
             if rc != 0 {
                 return Err(map_limit_error(io::Error::last_os_error()));
             }
