@@ -30,11 +30,7 @@ pub(crate) type ProcYielder = Yielder<(), Suspend>;
 
 /// The body a process runs, with the yielder it suspends through, until its
 /// first run: kept inline when small (a [`Value`]), so a spawn allocates
-/// nothing for it, and the worker that first runs the process frees nothing
-/// of the spawner's. (Freeing on one thread what another allocated takes
-/// the allocator's lock for the other thread's arena, which a spawner holds
-/// whenever it allocates: with a boxed body, the worker running new
-/// processes spent most of a spawn burst waiting for that lock.)
+/// nothing for it.
 pub(crate) struct Body {
     closure: Value,
     call: fn(Value, &ProcYielder) -> ExitReason,

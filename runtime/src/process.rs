@@ -359,8 +359,8 @@ impl Process {
     /// Asks the cache for the part of the stack the process resumes on (its
     /// saved registers and the frames it returns through), so that a process
     /// woken to run next on this core does not start with a string of cache
-    /// misses: in a ring of 3,000 processes a hop is about a third faster
-    /// with its stack in cache. A hint only: it reads no memory.
+    /// misses (in a ring of 3,000 processes on one worker, a hop went from
+    /// about 100 to 85 ns). A hint only: it reads no memory.
     #[inline]
     pub(crate) fn prefetch_stack(&self) {
         #[cfg(target_arch = "x86_64")]
