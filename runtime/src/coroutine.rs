@@ -177,13 +177,16 @@ mod tests {
                 ExitReason::Normal
             }),
         );
-        let top = c.into_stack().map(|s| s.guard().lo);
-        assert!(
-            top.is_some(),
-            "an unstarted coroutine still holds its stack"
-        );
+        let stack = c
+            .into_stack()
+            .expect("an unstarted coroutine holds its stack");
+        let lo = stack.guard().lo;
         assert_eq!(ran.load(Ordering::SeqCst), 0);
         assert_eq!(dropped.load(Ordering::SeqCst), 1);
+        drop(stack);
+        let again = pool.get(size).unwrap();
+        assert_eq!(again.guard().lo, lo, "the stack went back to the pool");
+        drop(again);
 
         // Resumed: it runs, suspends, runs to its end.
         let (r, held) = (ran.clone(), Counted(dropped.clone()));

@@ -326,17 +326,13 @@ impl NodeShared {
         self.table.get(pid.serial())
     }
 
-    /// Wakes a parked process (timers, blocking results).
+    /// Wakes a parked process of this node by pid (timers).
     pub(crate) fn wake_pid(&self, pid: Pid) {
-        if let Some(p) = self.table.get(pid.serial()) {
-            if p.state.wake() {
-                self.sched.wake(&p);
-            }
-        }
+        self.table.with(pid.serial(), |p| self.wake(p));
     }
 
-    /// Schedules `p` if `wake` says so (for callers that hold the `Arc`).
-    pub(crate) fn wake(&self, p: &Arc<Process>) {
+    /// Schedules `p` if `wake` says so.
+    pub(crate) fn wake(&self, p: &Process) {
         if p.state.wake() {
             self.sched.wake(p);
         }
