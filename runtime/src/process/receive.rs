@@ -105,6 +105,15 @@ impl<R, C: Clauses<R>, K: Clause<R>> Clauses<R> for (C, K) {
     }
 }
 
+/// The value of mail a typed clause has matched.
+#[inline]
+fn take_matched<A: Message>(m: Mail) -> A {
+    match m.take::<A>() {
+        Ok(a) => a,
+        Err(_) => unreachable!("graft: clause type checked before"),
+    }
+}
+
 /// Clause: any message of type `A`.
 #[derive(Debug)]
 pub struct On<A, F>(F, PhantomData<fn(A)>);
@@ -116,10 +125,7 @@ impl<R, A: Message, F: FnOnce(A) -> R> Clause<R> for On<A, F> {
     }
     #[inline]
     fn run(self, m: Mail) -> R {
-        match m.take::<A>() {
-            Ok(a) => (self.0)(a),
-            Err(_) => unreachable!("graft: clause type checked before"),
-        }
+        (self.0)(take_matched(m))
     }
 }
 
@@ -135,10 +141,7 @@ impl<R, A: Message, G: Fn(&A) -> bool, F: FnOnce(A) -> R> Clause<R> for When<A, 
     }
     #[inline]
     fn run(self, m: Mail) -> R {
-        match m.take::<A>() {
-            Ok(a) => (self.1)(a),
-            Err(_) => unreachable!("graft: clause type checked before"),
-        }
+        (self.1)(take_matched(m))
     }
 }
 
