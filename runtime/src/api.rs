@@ -182,14 +182,9 @@ impl SpawnOpts {
         f: F,
     ) -> Result<(Pid, MonitorRef), Error> {
         let me = current("spawn_monitor");
-        let n = node();
-        let r = n.make_ref();
+        let r = node().make_ref();
         self.spec.monitor = Some((r, me.pid));
-        let linked = self.spec.link.is_some();
-        let pid = n.spawn(self.spec, f)?;
-        if linked {
-            me.meta.lock().links.push(pid);
-        }
+        let pid = self.spawn(f)?;
         // SAFETY: `me` is the running process.
         unsafe { me.local() }.monitors.push((r, pid));
         Ok((pid, r))
@@ -212,11 +207,11 @@ impl SpawnOpts {
     }
 }
 
-/// Spawns, or ends the caller with the reason (Erlang raises `system_limit`
-/// in the caller the same way).
-fn spawn_or_exit<F: FnOnce() + Send + 'static>(opts: SpawnOpts, f: F) -> Pid {
-    match opts.spawn(f) {
-        Ok(pid) => pid,
+/// A spawn's result, or the caller ends with the reason (Erlang raises
+/// `system_limit` in the caller the same way).
+fn or_exit<T>(spawned: Result<T, Error>) -> T {
+    match spawned {
+        Ok(v) => v,
         Err(e) => exit_now(ExitReason::Other(format!("spawn failed: {e}"))),
     }
 }
@@ -242,12 +237,12 @@ fn spawn_or_exit<F: FnOnce() + Send + 'static>(opts: SpawnOpts, f: F) -> Pid {
 /// assert_eq!(v, 42);
 /// ```
 pub fn spawn<F: FnOnce() + Send + 'static>(f: F) -> Pid {
-    spawn_or_exit(SpawnOpts::default(), f)
+    or_exit(SpawnOpts::default().spawn(f))
 }
 
 /// Spawns and links in one step (Erlang's `spawn_link`).
 pub fn spawn_link<F: FnOnce() + Send + 'static>(f: F) -> Pid {
-    spawn_or_exit(SpawnOpts::default().link(), f)
+    or_exit(SpawnOpts::default().link().spawn(f))
 }
 
 /// Spawns and monitors in one step (Erlang's `spawn_monitor`): the monitor
@@ -256,10 +251,7 @@ pub fn spawn_link<F: FnOnce() + Send + 'static>(f: F) -> Pid {
 ///
 /// If the process cannot be started the caller exits, as with [`spawn`].
 pub fn spawn_monitor<F: FnOnce() + Send + 'static>(f: F) -> (Pid, MonitorRef) {
-    match SpawnOpts::default().spawn_monitor(f) {
-        Ok(r) => r,
-        Err(e) => exit_now(ExitReason::Other(format!("spawn failed: {e}"))),
-    }
+    or_exit(SpawnOpts::default().spawn_monitor(f))
 }
 
 /// Where a message can go.
