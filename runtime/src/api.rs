@@ -530,9 +530,7 @@ pub fn unlink(pid: Pid) {
 /// [`ExitSignal`]: crate::ExitSignal
 pub fn trap_exits(on: bool) -> bool {
     let me = current("trap_exits");
-    me.meta.lock().trap_exits = on;
-    // SAFETY: `me` is the running process.
-    std::mem::replace(&mut unsafe { me.local() }.trap_exits, on)
+    std::mem::replace(&mut me.meta.lock().trap_exits, on)
 }
 
 /// Sends an exit signal to `pid`. `Kill` ends it unconditionally (its links

@@ -227,7 +227,6 @@ const PREFETCH_BELOW: usize = 128;
 pub(crate) struct Local {
     /// Mail taken from the mailbox but not yet matched by a receive.
     pub(crate) saved: VecDeque<Mail>,
-    pub(crate) trap_exits: bool,
     /// Monitors this process holds (references whose `ProcessDied` it wants).
     pub(crate) monitors: LazyVec<(MonitorRef, Pid)>,
     /// The coroutine's yielder (lives on the process's own stack).
@@ -311,10 +310,7 @@ impl Process {
             guard,
             parked_sp: AtomicUsize::new(0),
             coro: UnsafeCell::new(None),
-            local: UnsafeCell::new(Local {
-                trap_exits,
-                ..Local::default()
-            }),
+            local: UnsafeCell::new(Local::default()),
         }
     }
 
@@ -439,17 +435,20 @@ impl Process {
                     }
                 }
                 Mail::Signal { from, reason, link } => {
-                    if link {
+                    let trapping = {
                         let mut meta = self.meta.lock();
-                        let Some(i) = meta.links.iter().position(|p| *p == from) else {
-                            continue; // unlinked since: ignore
-                        };
-                        meta.links.swap_remove(i);
-                    }
+                        if link {
+                            let Some(i) = meta.links.iter().position(|p| *p == from) else {
+                                continue; // unlinked since: ignore
+                            };
+                            meta.links.swap_remove(i);
+                        }
+                        meta.trap_exits
+                    };
                     if reason == ExitReason::Kill && !link {
                         std::panic::resume_unwind(Box::new(ExitUnwind(ExitReason::Killed)));
                     }
-                    if local.trap_exits {
+                    if trapping {
                         local
                             .saved
                             .push_back(Mail::msg(ExitSignal { from, reason }));
