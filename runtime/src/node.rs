@@ -197,6 +197,13 @@ impl NodeShared {
         pid.node() == self.id
     }
 
+    /// A pid of this node's current incarnation (one of an earlier
+    /// incarnation names a process that is dead).
+    #[inline]
+    fn is_ours(&self, pid: Pid) -> bool {
+        self.is_local(pid) && pid.creation() == self.creation
+    }
+
     /// Starts a process running `f`.
     pub(crate) fn spawn<F>(&self, spec: SpawnSpec, f: F) -> Result<Pid, Error>
     where
@@ -302,7 +309,7 @@ impl NodeShared {
         pid: Pid,
         f: impl FnOnce(&mut crate::process::Meta),
     ) -> bool {
-        if !self.is_local(pid) || pid.creation() != self.creation {
+        if !self.is_ours(pid) {
             return false;
         }
         self.table
@@ -320,7 +327,7 @@ impl NodeShared {
     /// The live process `pid` names on this node.
     #[inline]
     pub(crate) fn local_process(&self, pid: Pid) -> Option<Arc<Process>> {
-        if !self.is_local(pid) || pid.creation() != self.creation {
+        if !self.is_ours(pid) {
             return None;
         }
         self.table.get(pid.serial())
