@@ -62,42 +62,34 @@ fn sender(
     }
 }
 
+/// `senders` threads each push one message and wake the receiver, which
+/// takes them all: exactly one schedule per park.
+fn senders_and_receiver(senders: u32) {
+    let st = Arc::new(ProcState::new());
+    let mb = Arc::new(Mailbox::new());
+    let rq = Arc::new(Parker::default());
+    let sc = Arc::new(AtomicUsize::new(0));
+    let ts: Vec<_> = (0..senders)
+        .map(|m| {
+            let (st, mb, rq, sc) = (st.clone(), mb.clone(), rq.clone(), sc.clone());
+            thread::spawn(move || sender(st, mb, rq, sc, m))
+        })
+        .collect();
+    let parks = receive_all(&st, &mb, &rq, &sc, senders as usize);
+    for t in ts {
+        t.join().unwrap();
+    }
+    assert_eq!(sc.load(Ordering::SeqCst), parks, "one schedule per park");
+}
+
 #[test]
 fn one_sender_no_lost_wakeup() {
-    loom::model(|| {
-        let st = Arc::new(ProcState::new());
-        let mb = Arc::new(Mailbox::new());
-        let rq = Arc::new(Parker::default());
-        let sc = Arc::new(AtomicUsize::new(0));
-        let t = {
-            let (st, mb, rq, sc) = (st.clone(), mb.clone(), rq.clone(), sc.clone());
-            thread::spawn(move || sender(st, mb, rq, sc, 0))
-        };
-        let parks = receive_all(&st, &mb, &rq, &sc, 1);
-        t.join().unwrap();
-        assert_eq!(sc.load(Ordering::SeqCst), parks, "one schedule per park");
-    });
+    loom::model(|| senders_and_receiver(1));
 }
 
 #[test]
 fn two_senders_no_double_schedule() {
-    loom::model(|| {
-        let st = Arc::new(ProcState::new());
-        let mb = Arc::new(Mailbox::new());
-        let rq = Arc::new(Parker::default());
-        let sc = Arc::new(AtomicUsize::new(0));
-        let ts: Vec<_> = (0..2)
-            .map(|m| {
-                let (st, mb, rq, sc) = (st.clone(), mb.clone(), rq.clone(), sc.clone());
-                thread::spawn(move || sender(st, mb, rq, sc, m))
-            })
-            .collect();
-        let parks = receive_all(&st, &mb, &rq, &sc, 2);
-        for t in ts {
-            t.join().unwrap();
-        }
-        assert_eq!(sc.load(Ordering::SeqCst), parks, "one schedule per park");
-    });
+    loom::model(|| senders_and_receiver(2));
 }
 
 #[test]
