@@ -83,15 +83,8 @@ fn main() {
         Ok(())
     });
     node.shutdown();
-    match result {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => {
-            eprintln!("microsync: {e}");
-            std::process::exit(1)
-        }
-        Err(e) => {
-            eprintln!("microsync: {e}");
-            std::process::exit(1)
-        }
+    if let Err(e) = result.map_err(|e| e.to_string()).and_then(|r| r) {
+        eprintln!("microsync: {e}");
+        std::process::exit(1)
     }
 }
