@@ -55,12 +55,33 @@ impl NodeArgs {
         Ok(out)
     }
 
+    /// Parses this program's arguments; on a bad one, prints it (prefixed
+    /// with `program`) and exits with status 2.
+    pub fn from_env(program: &str) -> NodeArgs {
+        NodeArgs::parse(std::env::args().skip(1)).unwrap_or_else(|e| {
+            eprintln!("{program}: {e}");
+            std::process::exit(2)
+        })
+    }
+
     /// The value of another flag.
     pub fn get(&self, flag: &str) -> Option<&str> {
         self.rest
             .iter()
             .find(|(f, _)| f == flag)
             .map(|(_, v)| v.as_str())
+    }
+
+    /// The value of another flag as a number (`_` separators allowed);
+    /// `None` if absent or not a number.
+    ///
+    /// ```
+    /// let a = graft_examples::NodeArgs::parse(["--to", "2_000", "--x", "y"].map(String::from)).unwrap();
+    /// assert_eq!(a.num::<u64>("--to"), Some(2000));
+    /// assert_eq!(a.num::<u64>("--x"), None);
+    /// ```
+    pub fn num<T: std::str::FromStr>(&self, flag: &str) -> Option<T> {
+        self.get(flag)?.replace('_', "").parse().ok()
     }
 
     /// A node configuration from these options.

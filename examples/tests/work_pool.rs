@@ -2,6 +2,7 @@
 
 mod common;
 
+use common::assert_has;
 use std::time::Duration;
 
 #[test]
@@ -12,15 +13,12 @@ fn work_pool_counts_primes_on_two_nodes() {
         Duration::from_secs(90),
     );
     // pi(300 000) = 25 997.
-    assert!(stdout.contains("2 worker node(s) joined"), "{stdout}");
-    assert!(stdout.contains("sequential count 25997"), "{stdout}");
+    assert_has(&stdout, "2 worker node(s) joined");
+    assert_has(&stdout, "sequential count 25997");
     let rows: Vec<&str> = stdout
         .lines()
         .filter(|l| l.contains(" 25997 ") && !l.contains("sequential"))
         .collect();
     assert_eq!(rows.len(), 2, "one row per node count:\n{stdout}");
-    assert!(
-        stdout.contains("every result matches the sequential count"),
-        "{stdout}"
-    );
+    assert_has(&stdout, "every result matches the sequential count");
 }

@@ -7,22 +7,25 @@
 //! no lost wake-up, no message lost or duplicated, disconnection seen.
 #![cfg(loom)]
 
-use graft::{bounded, channel, promise, select, RecvError, SendError};
+use graft::{bounded, channel, promise, select, ReceivePort, RecvError, SendError, SendPort};
 use loom::thread;
+
+/// A thread sends 1 and 2 and drops its port; the receiver gets both, in
+/// order, then sees the disconnection.
+fn two_sends_then_disconnect((tx, rx): (SendPort<u32>, ReceivePort<u32>)) {
+    let t = thread::spawn(move || {
+        tx.send(1).unwrap();
+        tx.send(2).unwrap();
+    });
+    assert_eq!(rx.recv(), Ok(1));
+    assert_eq!(rx.recv(), Ok(2));
+    assert_eq!(rx.recv(), Err(RecvError));
+    t.join().unwrap();
+}
 
 #[test]
 fn unbounded_send_wakes_a_parked_receiver() {
-    loom::model(|| {
-        let (tx, rx) = channel::<u32>();
-        let t = thread::spawn(move || {
-            tx.send(1).unwrap();
-            tx.send(2).unwrap();
-        });
-        assert_eq!(rx.recv(), Ok(1));
-        assert_eq!(rx.recv(), Ok(2));
-        assert_eq!(rx.recv(), Err(RecvError));
-        t.join().unwrap();
-    });
+    loom::model(|| two_sends_then_disconnect(channel()));
 }
 
 #[test]
@@ -37,16 +40,7 @@ fn rendezvous_send_returns_after_the_receive() {
 
 #[test]
 fn bounded_sender_parks_until_room() {
-    loom::model(|| {
-        let (tx, rx) = bounded::<u32>(1);
-        let t = thread::spawn(move || {
-            tx.send(1).unwrap();
-            tx.send(2).unwrap();
-        });
-        assert_eq!(rx.recv(), Ok(1));
-        assert_eq!(rx.recv(), Ok(2));
-        t.join().unwrap();
-    });
+    loom::model(|| two_sends_then_disconnect(bounded(1)));
 }
 
 #[test]

@@ -20,18 +20,13 @@ use std::time::Instant;
 
 fn main() {
     env_logger::init();
-    let args = graft_examples::NodeArgs::parse(std::env::args().skip(1)).expect("arguments");
+    let args = graft_examples::NodeArgs::from_env("work_pool");
     if args.get("--worker").is_some() {
         work_pool::serve(&args);
     }
-    let num = |name: &str, default: u64| {
-        args.get(name)
-            .and_then(|s| s.replace('_', "").parse().ok())
-            .unwrap_or(default)
-    };
-    let to = num("--to", 12_000_000);
-    let units = num("--units", 48).clamp(1, u64::from(u32::MAX)) as u32;
-    let runs = num("--runs", 3).max(1);
+    let to = args.num("--to").unwrap_or(12_000_000);
+    let units = args.num("--units").unwrap_or(48u32).max(1);
+    let runs = args.num("--runs").unwrap_or(3u64).max(1);
     let cookie = format!("work-pool-bench-{}", std::process::id());
     let node = Node::start(NodeConfig::new("127.0.0.1:0").cookie(&cookie)).expect("node");
     let (nodes, children) = work_pool::start_workers(&node, 2, &cookie);

@@ -15,13 +15,7 @@ use std::io::Write;
 
 fn main() {
     env_logger::init();
-    let args = match NodeArgs::parse(std::env::args().skip(1)) {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("graft-node: {e}");
-            std::process::exit(2);
-        }
-    };
+    let args = NodeArgs::from_env("graft-node");
     let node = match Node::start(args.config()) {
         Ok(n) => n,
         Err(e) => {

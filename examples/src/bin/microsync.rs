@@ -19,10 +19,7 @@ use std::time::{Duration, Instant};
 
 fn main() {
     env_logger::init();
-    let args = graft_examples::NodeArgs::parse(std::env::args().skip(1)).unwrap_or_else(|e| {
-        eprintln!("microsync: {e}");
-        std::process::exit(2)
-    });
+    let args = graft_examples::NodeArgs::from_env("microsync");
     let Some(dir) = args.get("--dir").filter(|d| !d.is_empty()) else {
         eprintln!("microsync: --dir D is required");
         std::process::exit(2)
@@ -32,10 +29,7 @@ fn main() {
         eprintln!("microsync: {}: {e}", dir.display());
         std::process::exit(1)
     }
-    let run_for = args
-        .get("--for")
-        .and_then(|s| s.parse::<f64>().ok())
-        .map(Duration::from_secs_f64);
+    let run_for = args.num("--for").map(Duration::from_secs_f64);
     let once = args.get("--once").is_some();
     // Large stacks: a remote send of a big message (a batch of chunks)
     // deflates it on the sender's stack, and in debug builds flate2's
@@ -89,15 +83,8 @@ fn main() {
         Ok(())
     });
     node.shutdown();
-    match result {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => {
-            eprintln!("microsync: {e}");
-            std::process::exit(1)
-        }
-        Err(e) => {
-            eprintln!("microsync: {e}");
-            std::process::exit(1)
-        }
+    if let Err(e) = result.map_err(|e| e.to_string()).and_then(|r| r) {
+        eprintln!("microsync: {e}");
+        std::process::exit(1)
     }
 }

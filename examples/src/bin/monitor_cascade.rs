@@ -70,15 +70,8 @@ struct Go;
 
 fn main() {
     env_logger::init();
-    let args = graft_examples::NodeArgs::parse(std::env::args().skip(1)).unwrap_or_else(|e| {
-        eprintln!("monitor_cascade: {e}");
-        std::process::exit(2)
-    });
-    let len: usize = args
-        .get("--length")
-        .and_then(|s| s.parse().ok())
-        .filter(|&n| n > 0)
-        .unwrap_or(5);
+    let args = graft_examples::NodeArgs::from_env("monitor_cascade");
+    let len: usize = args.num("--length").filter(|&n| n > 0).unwrap_or(5);
     let node = Node::start(NodeConfig::new("127.0.0.1:0")).expect("node starts");
     node.run(move || {
         let root = self_pid();

@@ -24,14 +24,8 @@ enum PingPong {
 
 fn main() {
     env_logger::init();
-    let args = graft_examples::NodeArgs::parse(std::env::args().skip(1)).unwrap_or_else(|e| {
-        eprintln!("ping_pong: {e}");
-        std::process::exit(2)
-    });
-    let rounds: u64 = args
-        .get("--rounds")
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(10_000);
+    let args = graft_examples::NodeArgs::from_env("ping_pong");
+    let rounds: u64 = args.num("--rounds").unwrap_or(10_000);
     let node = Node::start(NodeConfig::new("127.0.0.1:0")).expect("node starts");
     let (count, elapsed) = node
         .run(move || {

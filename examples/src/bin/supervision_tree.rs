@@ -66,13 +66,19 @@ fn storage() -> Supervisor {
         .child(worker("cache"))
 }
 
-/// The running worker `path` names (`["storage", "db"]`), from the root.
-fn find(root: Pid, path: &[&str]) -> Server<Worker> {
+/// The running worker `path` names (`["storage", "db"]`), from the root;
+/// `None` while one on the way is being restarted.
+fn find_opt(root: Pid, path: &[&str]) -> Option<Server<Worker>> {
     let mut at = root;
     for id in path {
-        at = supervisor::get_child(at, id).expect("child running");
+        at = supervisor::get_child(at, id)?;
     }
-    Server::from_pid(at)
+    Some(Server::from_pid(at))
+}
+
+/// [`find_opt`] for a worker that must be running.
+fn find(root: Pid, path: &[&str]) -> Server<Worker> {
+    find_opt(root, path).expect("child running")
 }
 
 /// Crashes a worker and waits until its supervisor has replaced it.
@@ -84,14 +90,6 @@ fn inject_crash(root: Pid, path: &[&str]) {
     while find_opt(root, path).is_none_or(|s| s == victim) {
         sleep(Duration::from_millis(1));
     }
-}
-
-fn find_opt(root: Pid, path: &[&str]) -> Option<Server<Worker>> {
-    let mut at = root;
-    for id in path {
-        at = supervisor::get_child(at, id)?;
-    }
-    Some(Server::from_pid(at))
 }
 
 fn main() {

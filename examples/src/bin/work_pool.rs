@@ -25,21 +25,13 @@ use std::time::Instant;
 
 fn main() {
     env_logger::init();
-    let args = graft_examples::NodeArgs::parse(std::env::args().skip(1)).unwrap_or_else(|e| {
-        eprintln!("work_pool: {e}");
-        std::process::exit(2)
-    });
+    let args = graft_examples::NodeArgs::from_env("work_pool");
     if args.get("--worker").is_some() {
         work_pool::serve(&args);
     }
-    let num = |flag: &str, default: u64| -> u64 {
-        args.get(flag)
-            .and_then(|s| s.replace('_', "").parse().ok())
-            .unwrap_or(default)
-    };
-    let k = num("--nodes", 2).max(1) as usize;
-    let to = num("--to", 2_000_000);
-    let units = num("--units", 64).clamp(1, u64::from(u32::MAX)) as u32;
+    let k = args.num("--nodes").unwrap_or(2usize).max(1);
+    let to = args.num("--to").unwrap_or(2_000_000);
+    let units = args.num("--units").unwrap_or(64u32).max(1);
     let cookie = format!("work-pool-{}", std::process::id());
     let node = Node::start(
         NodeConfig::new("127.0.0.1:0")

@@ -168,10 +168,12 @@ pub fn event(text: impl Into<String>) {
 /// If a name is taken or a child does not start.
 pub fn start(opts: Options) -> Result<Pid, StartError> {
     let _ = register("microsync", self_pid());
-    let dir = opts.dir.clone();
-    let log = opts.log.clone();
-    let join = opts.join;
-    let every = opts.scan_every;
+    let Options {
+        dir,
+        join,
+        log,
+        scan_every: every,
+    } = opts;
     Supervisor::new(Strategy::OneForOne)
         .intensity(20, Duration::from_secs(5))
         .child(ChildSpec::new("eventlogger", move || {

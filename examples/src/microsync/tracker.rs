@@ -241,10 +241,9 @@ impl GenServer for Tracker {
 
     fn init(&mut self) -> Result<(), ExitReason> {
         // The name helps discovery and debugging; the folder manager's map
-        // is what routes. (A tracker of a crashed folder may still hold it
-        // for a moment.)
-        // A tracker of a crashed folder manager may still hold the name
-        // for a moment (it dies at its next scheduling point): wait for it.
+        // is what routes. A tracker of a crashed folder manager may still
+        // hold the name for a moment (it dies at its next scheduling
+        // point): wait for it.
         let name = format!("tracker:{}", self.path);
         for _ in 0..20 {
             if register(&name, self_pid()).is_ok() {
