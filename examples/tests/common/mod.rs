@@ -13,22 +13,36 @@ pub fn run_for(path: &str, args: &[&str], limit: Duration) -> String {
         .stderr(Stdio::piped())
         .spawn()
         .expect("the example starts");
+    // Read both pipes while the child runs: a child that writes more than
+    // a pipe holds would otherwise block, and be reported as hung.
+    let drain = |pipe: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_end(&mut buf);
+            }
+            String::from_utf8_lossy(&buf).into_owned()
+        })
+    };
+    let out = drain(child.stdout.take().map(|p| Box::new(p) as _));
+    let err = drain(child.stderr.take().map(|p| Box::new(p) as _));
     let t = Instant::now();
-    while child.try_wait().expect("wait").is_none() {
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
         if t.elapsed() > limit {
             let _ = child.kill();
             let _ = child.wait();
             panic!("{path} hung");
         }
         std::thread::sleep(Duration::from_millis(20));
-    }
-    let out = child.wait_with_output().expect("output");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    };
+    let stdout = out.join().expect("stdout reader");
+    let stderr = err.join().expect("stderr reader");
     assert!(
-        out.status.success(),
-        "{path} failed: {}\nstdout:\n{stdout}\nstderr:\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
+        status.success(),
+        "{path} failed: {status}\nstdout:\n{stdout}\nstderr:\n{stderr}"
     );
     stdout
 }
