@@ -559,7 +559,10 @@ fn on_deliver(n: &NodeShared, peer: &PeerInfo, p: Vec<u8>) {
         );
         return;
     }
-    let bytes = p[DELIVER_HEADER..].to_vec();
+    // The message is the rest of the frame: drop the header in place
+    // rather than copy the message into a new buffer.
+    let mut bytes = p;
+    bytes.drain(..DELIVER_HEADER);
     n.deliver(to, Mail::Encoded { desc, bytes });
 }
 
