@@ -29,8 +29,9 @@ use std::io::{self, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Instant;
 
+use crate::cookie::derive_key;
 use crate::frame::{self, kind, Decoder, Fill};
-use crate::NetError;
+use crate::{NetConfig, NetError, PeerId, PeerInfo};
 
 /// Version of the wire protocol; peers must agree.
 pub(crate) const PROTOCOL_VERSION: u16 = 1;
@@ -58,6 +59,21 @@ pub(crate) struct Identity {
     pub(crate) key: [u8; 32],
 }
 
+impl Identity {
+    /// This node as `cfg` describes it, announcing `listen_addr` unless
+    /// the configuration advertises another address.
+    pub(crate) fn new(cfg: &NetConfig, listen_addr: SocketAddr, cookie: &str) -> Identity {
+        Identity {
+            name: cfg.name.clone(),
+            listen_addr: cfg.advertise.unwrap_or(listen_addr),
+            creation: cfg.creation,
+            fingerprint: cfg.fingerprint,
+            heartbeat_ms: cfg.heartbeat_ms(),
+            key: derive_key(cookie),
+        }
+    }
+}
+
 /// A hello, ours or the peer's.
 #[derive(Debug, Clone)]
 pub(crate) struct Hello {
@@ -80,6 +96,17 @@ impl Hello {
             fingerprint: me.fingerprint,
             heartbeat_ms: me.heartbeat_ms,
             nonce,
+        }
+    }
+
+    /// The peer this hello describes, as connection `id`.
+    pub(crate) fn peer_info(&self, id: PeerId) -> PeerInfo {
+        PeerInfo {
+            id,
+            name: self.name.clone(),
+            listen_addr: self.listen_addr,
+            creation: self.creation,
+            fingerprint: self.fingerprint,
         }
     }
 

@@ -5,7 +5,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use crate::conn::READ_BUF;
-use crate::cookie::{derive_key, resolve_cookie};
+use crate::cookie::resolve_cookie;
 use crate::frame::{self, Decoder, Fill};
 use crate::handshake::{self, Identity, Outcome, MAX_HANDSHAKE_FRAME};
 use crate::{NetConfig, NetError, PeerId, PeerInfo};
@@ -55,27 +55,13 @@ impl RawClient {
         let mut stream = TcpStream::connect_timeout(&addr, cfg.connect_timeout)?;
         stream.set_nodelay(true)?;
         stream.set_write_timeout(Some(cfg.connect_timeout))?;
-        let me = Identity {
-            name: cfg.name.clone(),
-            listen_addr: cfg.advertise.unwrap_or(cfg.listen),
-            creation: cfg.creation,
-            fingerprint: cfg.fingerprint,
-            heartbeat_ms: cfg.heartbeat_ms(),
-            key: derive_key(&cookie),
-        };
+        let me = Identity::new(cfg, cfg.listen, &cookie);
         let mut dec = Decoder::new(READ_BUF, MAX_HANDSHAKE_FRAME);
         let deadline = Instant::now() + cfg.connect_timeout;
         match handshake::initiate(&mut stream, &mut dec, &me, deadline, |_| Ok(true))? {
             Outcome::Up(h) => {
                 dec.set_max_frame(cfg.max_frame);
-                let info = PeerInfo {
-                    id: PeerId(0),
-                    name: h.name,
-                    listen_addr: h.listen_addr,
-                    creation: h.creation,
-                    fingerprint: h.fingerprint,
-                };
-                Ok((RawClient { stream, dec }, info))
+                Ok((RawClient { stream, dec }, h.peer_info(PeerId(0))))
             }
             Outcome::Duplicate(_) => Err(NetError::Duplicate),
         }
