@@ -30,7 +30,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::Instant;
 
 use crate::cookie::derive_key;
-use crate::frame::{self, kind, Decoder, Fill};
+use crate::frame::{self, kind, Decoder};
 use crate::{NetConfig, NetError, PeerId, PeerInfo};
 
 /// Version of the wire protocol; peers must agree.
@@ -218,23 +218,12 @@ fn read_frame(
     dec: &mut Decoder,
     deadline: Instant,
 ) -> Result<(u8, Vec<u8>), NetError> {
-    loop {
-        if let Some(f) = dec.next_frame()? {
-            if f.flags != 0 {
-                return Err(NetError::Handshake("compressed handshake frame".into()));
-            }
-            return Ok((f.kind, f.payload.to_vec()));
+    match dec.recv_until(s, deadline)? {
+        None => Err(NetError::Timeout),
+        Some((_, flags, _)) if flags != 0 => {
+            Err(NetError::Handshake("compressed handshake frame".into()))
         }
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(NetError::Timeout);
-        }
-        s.set_read_timeout(Some(left))?;
-        match dec.read_from(s)? {
-            Fill::Closed => return Err(NetError::Closed),
-            Fill::TimedOut => return Err(NetError::Timeout),
-            Fill::Data | Fill::Again => {}
-        }
+        Some((kind, _, payload)) => Ok((kind, payload)),
     }
 }
 

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use crate::conn::READ_BUF;
 use crate::cookie::resolve_cookie;
-use crate::frame::{self, Decoder, Fill};
+use crate::frame::{self, Decoder};
 use crate::handshake::{self, Identity, Outcome, MAX_HANDSHAKE_FRAME};
 use crate::{NetConfig, NetError, PeerId, PeerInfo};
 
@@ -94,22 +94,8 @@ impl RawClient {
     /// [`NetError::Closed`] when the other side closed the connection, a
     /// protocol error for a malformed frame, or an I/O error.
     pub fn recv_frame(&mut self, timeout: Duration) -> Result<Option<(u8, u8, Vec<u8>)>, NetError> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(f) = self.dec.next_frame()? {
-                return Ok(Some((f.kind, f.flags, f.payload.to_vec())));
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Ok(None);
-            }
-            self.stream.set_read_timeout(Some(left))?;
-            match self.dec.read_from(&mut self.stream)? {
-                Fill::Closed => return Err(NetError::Closed),
-                Fill::TimedOut => return Ok(None),
-                Fill::Data | Fill::Again => {}
-            }
-        }
+        self.dec
+            .recv_until(&mut self.stream, Instant::now() + timeout)
     }
 
     /// The underlying socket.
