@@ -73,22 +73,29 @@ fn round_trip(n: usize) {
     let (tx, rx) = mpsc::channel();
     *ha.replies.lock().unwrap() = Some(tx);
     let peer = a.connect(b.local_addr()).unwrap();
-    let run = |k: usize| {
-        let t0 = Instant::now();
-        for _ in 0..k {
-            a.send(peer.id, 16, b"ping").unwrap();
-            rx.recv().unwrap();
-        }
-        t0.elapsed()
-    };
-    run(n / 10);
-    let dt = run(n);
-    println!(
-        "round trip: {:.1} us (graft-net, {n} round trips)",
-        dt.as_secs_f64() * 1e6 / n as f64
-    );
+    report_round_trips(n, "graft-net", || {
+        a.send(peer.id, 16, b"ping").unwrap();
+        rx.recv().unwrap();
+    });
     b.shutdown();
     a.shutdown();
+}
+
+/// Runs `one` round trip `n / 10` times to warm up, then `n` times, and
+/// prints the mean.
+fn report_round_trips(n: usize, what: &str, mut one: impl FnMut()) {
+    for _ in 0..n / 10 {
+        one();
+    }
+    let t0 = Instant::now();
+    for _ in 0..n {
+        one();
+    }
+    let dt = t0.elapsed();
+    println!(
+        "round trip: {:.1} us ({what}, {n} round trips)",
+        dt.as_secs_f64() * 1e6 / n as f64
+    );
 }
 
 fn bare_tcp_round_trip(n: usize) {
@@ -105,20 +112,10 @@ fn bare_tcp_round_trip(n: usize) {
     let mut c = TcpStream::connect(addr).unwrap();
     c.set_nodelay(true).unwrap();
     let mut b = [0u8; 10];
-    let mut run = |k: usize| {
-        let t0 = Instant::now();
-        for _ in 0..k {
-            c.write_all(&b).unwrap();
-            c.read_exact(&mut b).unwrap();
-        }
-        t0.elapsed()
-    };
-    run(n / 10);
-    let dt = run(n);
-    println!(
-        "round trip: {:.1} us (bare TCP, same process, {n} round trips)",
-        dt.as_secs_f64() * 1e6 / n as f64
-    );
+    report_round_trips(n, "bare TCP, same process", || {
+        c.write_all(&b).unwrap();
+        c.read_exact(&mut b).unwrap();
+    });
     drop(c);
     echo.join().unwrap();
 }
@@ -172,20 +169,10 @@ fn two_processes(n: usize, rt: usize) {
         thread::sleep(Duration::from_millis(1));
     }
     let peer = a.sender(a.peers()[0].id).unwrap();
-    let ping = |k: usize| {
-        let t0 = Instant::now();
-        for _ in 0..k {
-            peer.send(16, b"ping").unwrap();
-            rx.recv().unwrap();
-        }
-        t0.elapsed()
-    };
-    ping(rt / 10);
-    let dt = ping(rt);
-    println!(
-        "round trip: {:.1} us (graft-net, two processes, {rt} round trips)",
-        dt.as_secs_f64() * 1e6 / rt as f64
-    );
+    report_round_trips(rt, "graft-net, two processes", || {
+        peer.send(16, b"ping").unwrap();
+        rx.recv().unwrap();
+    });
     let t0 = Instant::now();
     for _ in 0..n {
         peer.send(17, &[7u8; 8]).unwrap();

@@ -19,6 +19,8 @@
 //! receiver drops that one connection.
 
 use std::io::{self, Read, Write};
+use std::net::TcpStream;
+use std::time::Instant;
 
 use flate2::read::DeflateDecoder;
 use flate2::write::DeflateEncoder;
@@ -219,6 +221,31 @@ impl Decoder {
                 Ok(Fill::TimedOut)
             }
             Err(e) => Err(e),
+        }
+    }
+
+    /// The next frame from `s` (kind, flags, payload as sent), waiting at
+    /// most until `deadline`: `Ok(None)` when it passes first.
+    /// [`NetError::Closed`] when the peer closed the connection.
+    pub(crate) fn recv_until(
+        &mut self,
+        s: &mut TcpStream,
+        deadline: Instant,
+    ) -> Result<Option<(u8, u8, Vec<u8>)>, NetError> {
+        loop {
+            if let Some(f) = self.next_frame()? {
+                return Ok(Some((f.kind, f.flags, f.payload.to_vec())));
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(None);
+            }
+            s.set_read_timeout(Some(left))?;
+            match self.read_from(s)? {
+                Fill::Closed => return Err(NetError::Closed),
+                Fill::TimedOut => return Ok(None),
+                Fill::Data | Fill::Again => {}
+            }
         }
     }
 }

@@ -29,8 +29,9 @@ use std::io::{self, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Instant;
 
-use crate::frame::{self, kind, Decoder, Fill};
-use crate::NetError;
+use crate::cookie::derive_key;
+use crate::frame::{self, kind, Decoder};
+use crate::{NetConfig, NetError, PeerId, PeerInfo};
 
 /// Version of the wire protocol; peers must agree.
 pub(crate) const PROTOCOL_VERSION: u16 = 1;
@@ -58,6 +59,21 @@ pub(crate) struct Identity {
     pub(crate) key: [u8; 32],
 }
 
+impl Identity {
+    /// This node as `cfg` describes it, announcing `listen_addr` unless
+    /// the configuration advertises another address.
+    pub(crate) fn new(cfg: &NetConfig, listen_addr: SocketAddr, cookie: &str) -> Identity {
+        Identity {
+            name: cfg.name.clone(),
+            listen_addr: cfg.advertise.unwrap_or(listen_addr),
+            creation: cfg.creation,
+            fingerprint: cfg.fingerprint,
+            heartbeat_ms: cfg.heartbeat_ms(),
+            key: derive_key(cookie),
+        }
+    }
+}
+
 /// A hello, ours or the peer's.
 #[derive(Debug, Clone)]
 pub(crate) struct Hello {
@@ -80,6 +96,17 @@ impl Hello {
             fingerprint: me.fingerprint,
             heartbeat_ms: me.heartbeat_ms,
             nonce,
+        }
+    }
+
+    /// The peer this hello describes, as connection `id`.
+    pub(crate) fn peer_info(&self, id: PeerId) -> PeerInfo {
+        PeerInfo {
+            id,
+            name: self.name.clone(),
+            listen_addr: self.listen_addr,
+            creation: self.creation,
+            fingerprint: self.fingerprint,
         }
     }
 
@@ -191,23 +218,12 @@ fn read_frame(
     dec: &mut Decoder,
     deadline: Instant,
 ) -> Result<(u8, Vec<u8>), NetError> {
-    loop {
-        if let Some(f) = dec.next_frame()? {
-            if f.flags != 0 {
-                return Err(NetError::Handshake("compressed handshake frame".into()));
-            }
-            return Ok((f.kind, f.payload.to_vec()));
+    match dec.recv_until(s, deadline)? {
+        None => Err(NetError::Timeout),
+        Some((_, flags, _)) if flags != 0 => {
+            Err(NetError::Handshake("compressed handshake frame".into()))
         }
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(NetError::Timeout);
-        }
-        s.set_read_timeout(Some(left))?;
-        match dec.read_from(s)? {
-            Fill::Closed => return Err(NetError::Closed),
-            Fill::TimedOut => return Err(NetError::Timeout),
-            Fill::Data | Fill::Again => {}
-        }
+        Some((kind, _, payload)) => Ok((kind, payload)),
     }
 }
 

@@ -5,8 +5,8 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use crate::conn::READ_BUF;
-use crate::cookie::{derive_key, resolve_cookie};
-use crate::frame::{self, Decoder, Fill};
+use crate::cookie::resolve_cookie;
+use crate::frame::{self, Decoder};
 use crate::handshake::{self, Identity, Outcome, MAX_HANDSHAKE_FRAME};
 use crate::{NetConfig, NetError, PeerId, PeerInfo};
 
@@ -55,27 +55,13 @@ impl RawClient {
         let mut stream = TcpStream::connect_timeout(&addr, cfg.connect_timeout)?;
         stream.set_nodelay(true)?;
         stream.set_write_timeout(Some(cfg.connect_timeout))?;
-        let me = Identity {
-            name: cfg.name.clone(),
-            listen_addr: cfg.advertise.unwrap_or(cfg.listen),
-            creation: cfg.creation,
-            fingerprint: cfg.fingerprint,
-            heartbeat_ms: cfg.heartbeat_ms(),
-            key: derive_key(&cookie),
-        };
+        let me = Identity::new(cfg, cfg.listen, &cookie);
         let mut dec = Decoder::new(READ_BUF, MAX_HANDSHAKE_FRAME);
         let deadline = Instant::now() + cfg.connect_timeout;
         match handshake::initiate(&mut stream, &mut dec, &me, deadline, |_| Ok(true))? {
             Outcome::Up(h) => {
                 dec.set_max_frame(cfg.max_frame);
-                let info = PeerInfo {
-                    id: PeerId(0),
-                    name: h.name,
-                    listen_addr: h.listen_addr,
-                    creation: h.creation,
-                    fingerprint: h.fingerprint,
-                };
-                Ok((RawClient { stream, dec }, info))
+                Ok((RawClient { stream, dec }, h.peer_info(PeerId(0))))
             }
             Outcome::Duplicate(_) => Err(NetError::Duplicate),
         }
@@ -108,22 +94,8 @@ impl RawClient {
     /// [`NetError::Closed`] when the other side closed the connection, a
     /// protocol error for a malformed frame, or an I/O error.
     pub fn recv_frame(&mut self, timeout: Duration) -> Result<Option<(u8, u8, Vec<u8>)>, NetError> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(f) = self.dec.next_frame()? {
-                return Ok(Some((f.kind, f.flags, f.payload.to_vec())));
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Ok(None);
-            }
-            self.stream.set_read_timeout(Some(left))?;
-            match self.dec.read_from(&mut self.stream)? {
-                Fill::Closed => return Err(NetError::Closed),
-                Fill::TimedOut => return Ok(None),
-                Fill::Data | Fill::Again => {}
-            }
-        }
+        self.dec
+            .recv_until(&mut self.stream, Instant::now() + timeout)
     }
 
     /// The underlying socket.

@@ -61,7 +61,7 @@ use parking_lot::{Condvar, Mutex, RwLock};
 use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::conn::{Conn, READ_BUF};
-use crate::cookie::{derive_key, resolve_cookie};
+use crate::cookie::resolve_cookie;
 use crate::frame::Decoder;
 use crate::handshake::{self, Hello, Identity, Outcome, MAX_HANDSHAKE_FRAME};
 use crate::{Handler, NetConfig, NetError, PeerId, PeerInfo};
@@ -174,14 +174,7 @@ impl Transport {
             .local_addr()?
             .as_socket()
             .ok_or_else(|| io::Error::other("listening socket has no IP address"))?;
-        let me = Identity {
-            name: cfg.name.clone(),
-            listen_addr: cfg.advertise.unwrap_or(local_addr),
-            creation: cfg.creation,
-            fingerprint: cfg.fingerprint,
-            heartbeat_ms: cfg.heartbeat_ms(),
-            key: derive_key(&cookie),
-        };
+        let me = Identity::new(&cfg, local_addr, &cookie);
         let inner = Arc::new(Inner {
             cfg,
             me,
@@ -501,15 +494,8 @@ impl Inner {
     }
 
     fn new_conn(&self, hello: &Hello, stream: &TcpStream) -> io::Result<Arc<Conn>> {
-        let info = PeerInfo {
-            id: PeerId(self.next_id()),
-            name: hello.name.clone(),
-            listen_addr: hello.listen_addr,
-            creation: hello.creation,
-            fingerprint: hello.fingerprint,
-        };
         Ok(Arc::new(Conn::new(
-            info,
+            hello.peer_info(PeerId(self.next_id())),
             stream.try_clone()?,
             self.cfg.max_frame,
             self.cfg.compress_threshold,

@@ -733,22 +733,16 @@ impl SupState {
             .map(|j| j == i || (lo <= j && j <= hi && self.children[j].pid.is_some()))
             .collect();
         for j in (lo..=hi).rev() {
-            if j != i && self.children[j].pid.is_some() {
-                self.stop_child(j);
+            if j == i || self.children[j].pid.is_none() {
+                continue;
+            }
+            self.stop_child(j);
+            // Temporary siblings are stopped, never restarted.
+            if self.children[j].spec.restart == Restart::Temporary {
+                self.children.remove(j);
+                marks.remove(j);
             }
         }
-        // Temporary siblings are stopped, never restarted.
-        let mut k = 0;
-        let mut kept_marks = Vec::with_capacity(n);
-        self.children.retain(|c| {
-            let drop = marks[k] && c.spec.restart == Restart::Temporary;
-            if !drop {
-                kept_marks.push(marks[k]);
-            }
-            k += 1;
-            !drop
-        });
-        marks = kept_marks;
         for (j, marked) in marks.into_iter().enumerate() {
             if !marked {
                 continue;

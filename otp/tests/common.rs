@@ -1,7 +1,7 @@
 //! Shared helpers for graft-otp's integration tests.
 #![allow(dead_code, missing_docs, unreachable_pub)]
 
-use graft::{receive, sleep, Node, NodeConfig, Unknown};
+use graft::{receive, sleep, ExitReason, MonitorRef, Node, NodeConfig, ProcessDied, Unknown};
 use std::time::{Duration, Instant};
 
 /// A hang guard for waits that should end quickly (never a speed assertion).
@@ -20,6 +20,17 @@ pub fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
         assert!(Instant::now() < deadline, "timed out waiting until {what}");
         sleep(Duration::from_millis(1));
     }
+}
+
+/// The reason in the `ProcessDied` of monitor `m`; panics after [`HANG`].
+pub fn down_reason(m: MonitorRef) -> ExitReason {
+    receive()
+        .when(
+            move |d: &ProcessDied| d.monitor == m,
+            |d: ProcessDied| d.reason,
+        )
+        .timeout(HANG)
+        .expect("the monitored process ends")
 }
 
 /// Whatever is in the caller's mailbox now (without waiting).

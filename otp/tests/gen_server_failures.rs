@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{mailbox_now, HANG};
+use common::{down_reason, mailbox_now, HANG};
 use graft_otp::prelude::*;
 use std::time::Duration;
 
@@ -71,16 +71,6 @@ fn terminated() -> ExitReason {
     expect_timeout::<Terminated>(HANG).expect("terminate ran").0
 }
 
-fn died(m: MonitorRef) -> ExitReason {
-    receive()
-        .when(
-            move |d: &ProcessDied| d.monitor == m,
-            |d: ProcessDied| d.reason,
-        )
-        .timeout(HANG)
-        .expect("the server dies")
-}
-
 /// Drops the exit signal of the (linked) server, which the test traps.
 fn take_exit_signal(from: Pid) -> ExitReason {
     receive()
@@ -100,7 +90,7 @@ otp_test! {
         let r = s.call(Do::Panic("bad request"));
         assert_eq!(r, Err(CallError::ServerDied(ExitReason::Other("bad request".into()))));
         assert_eq!(terminated(), ExitReason::Other("bad request".into()));
-        assert_eq!(died(m), ExitReason::Other("bad request".into()));
+        assert_eq!(down_reason(m), ExitReason::Other("bad request".into()));
         assert_eq!(take_exit_signal(s.pid()), ExitReason::Other("bad request".into()));
         assert!(mailbox_now().is_empty(), "no stray reply or notification");
     }
@@ -111,7 +101,7 @@ otp_test! {
         let m = monitor(s.pid());
         s.cast(Do::Panic("bad cast"));
         assert_eq!(terminated(), ExitReason::Other("bad cast".into()));
-        assert_eq!(died(m), ExitReason::Other("bad cast".into()));
+        assert_eq!(down_reason(m), ExitReason::Other("bad cast".into()));
         assert_eq!(s.call(Do::Echo(1)), Err(CallError::NoProc));
     }
 
@@ -125,7 +115,7 @@ otp_test! {
         let m = monitor(middle);
         let s: Server<Faulty> = expect_timeout(HANG).unwrap();
         s.cast(Do::Panic("cascade"));
-        assert_eq!(died(m), ExitReason::Other("cascade".into()));
+        assert_eq!(down_reason(m), ExitReason::Other("cascade".into()));
     }
 
     fn call_timeout_leaves_no_late_reply() {

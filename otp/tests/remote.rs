@@ -107,7 +107,8 @@ fn a_supervised_child_on_another_node_is_restarted_and_node_loss_counts_as_death
     b.shutdown();
     let (_a, r) = waiter.join().unwrap();
     let reason = r.unwrap();
-    assert_ne!(reason, ExitReason::Normal, "{reason:?}");
+    // Giving up on reaching the restart intensity stops it with `Shutdown`.
+    assert_eq!(reason, ExitReason::Shutdown);
 }
 
 #[test]

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{wait_until, HANG};
+use common::{down_reason, wait_until, HANG};
 use graft_otp::prelude::*;
 use graft_otp::supervisor::{ChildCount, SupervisorError};
 use std::time::Duration;
@@ -48,8 +48,7 @@ otp_test! {
         let monitors: Vec<_> = pids.iter().map(|p| monitor(*p)).collect();
         exit(pool.pid(), ExitReason::Shutdown);
         for m in monitors {
-            let d = receive().when(move |d: &ProcessDied| d.monitor == m, |d: ProcessDied| d).timeout(HANG).unwrap();
-            assert_eq!(d.reason, ExitReason::Shutdown);
+            assert_eq!(down_reason(m), ExitReason::Shutdown);
         }
     }
 
@@ -126,8 +125,7 @@ otp_test! {
         });
         let a2 = supervisor::which_children(pool.pid()).unwrap()[0].pid.unwrap();
         send(a2, ());
-        let d = receive().when(move |d: &ProcessDied| d.monitor == m, |d: ProcessDied| d.reason).timeout(HANG);
-        assert_eq!(d, Some(ExitReason::Shutdown));
+        assert_eq!(down_reason(m), ExitReason::Shutdown);
     }
 
     fn gen_server_children() {

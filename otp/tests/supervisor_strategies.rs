@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{mailbox_now, wait_until, HANG};
+use common::{down_reason, mailbox_now, wait_until, HANG};
 use graft_otp::prelude::*;
 use graft_otp::supervisor::{ChildCount, SupervisorError};
 use std::time::Duration;
@@ -85,13 +85,7 @@ fn crash(sup: Pid, id: &str) {
 fn shut_down(sup: Pid) -> ExitReason {
     let m = monitor(sup);
     exit(sup, ExitReason::Shutdown);
-    receive()
-        .when(
-            move |d: &ProcessDied| d.monitor == m,
-            |d: ProcessDied| d.reason,
-        )
-        .timeout(HANG)
-        .expect("supervisor stops")
+    down_reason(m)
 }
 
 fn three(strategy: Strategy) -> Pid {

@@ -367,11 +367,7 @@ impl Dist {
     /// Links a local process to a remote one; `false`: no connection.
     pub(crate) fn link(&self, local: Pid, remote: Pid) -> bool {
         let node = remote.node();
-        self.watches()
-            .entry(node)
-            .or_default()
-            .links
-            .push((local, remote));
+        self.record_link(local, remote);
         let ok = self.creation_of(node) == Some(remote.creation())
             && self
                 .send_ctl(
@@ -386,6 +382,16 @@ impl Dist {
             self.forget_link(local, remote);
         }
         ok
+    }
+
+    /// Records a link between a local and a remote process, to be broken
+    /// with `NoConnection` if the remote node is lost.
+    fn record_link(&self, local: Pid, remote: Pid) {
+        self.watches()
+            .entry(remote.node())
+            .or_default()
+            .links
+            .push((local, remote));
     }
 
     fn forget_link(&self, local: Pid, remote: Pid) {
@@ -553,7 +559,10 @@ fn on_deliver(n: &NodeShared, peer: &PeerInfo, p: Vec<u8>) {
         );
         return;
     }
-    let bytes = p[DELIVER_HEADER..].to_vec();
+    // The message is the rest of the frame: drop the header in place
+    // rather than copy the message into a new buffer.
+    let mut bytes = p;
+    bytes.drain(..DELIVER_HEADER);
     n.deliver(to, Mail::Encoded { desc, bytes });
 }
 
@@ -589,12 +598,7 @@ fn on_ctl(n: &std::sync::Arc<NodeShared>, peer: &PeerInfo, from: NodeId, c: Ctl)
                 if let (true, Ok(child)) = (linked, &result) {
                     let child = *child;
                     if n.with_live_meta(w, |m| m.links.push(child)) {
-                        n.dist
-                            .watches()
-                            .entry(from)
-                            .or_default()
-                            .links
-                            .push((w, child));
+                        n.dist.record_link(w, child);
                     }
                 }
                 let result = result.map(Some).map_err(Error::Remote);
@@ -659,12 +663,7 @@ fn on_ctl(n: &std::sync::Arc<NodeShared>, peer: &PeerInfo, from: NodeId, c: Ctl)
                 }
             });
             if added {
-                n.dist
-                    .watches()
-                    .entry(from)
-                    .or_default()
-                    .links
-                    .push((to, remote));
+                n.dist.record_link(to, remote);
             } else {
                 let _ = n.dist.send_ctl(
                     from,
@@ -748,12 +747,7 @@ fn remote_spawn(
         f.call()
     })?;
     if let Some(remote) = link {
-        n.dist
-            .watches()
-            .entry(remote.node())
-            .or_default()
-            .links
-            .push((pid, remote));
+        n.dist.record_link(pid, remote);
     }
     Ok(pid)
 }
