@@ -57,7 +57,8 @@ fn start_on_call_and_cast_remote() {
         acc.cast_remote(AccCast::Crash);
         let sig: ExitSignal = receive()
             .when(move |s: &ExitSignal| s.from == acc.pid(), |s| s)
-            .wait();
+            .timeout(Duration::from_secs(20))
+            .expect("the crash reaches us through the link");
         assert_eq!(sig.reason, ExitReason::Other("acc crash".into()));
         assert!(matches!(acc.call_remote(()), Err(CallError::NoProc)));
     })

@@ -252,13 +252,17 @@ fn node_loss_fires_monitors_links_and_pending_calls() {
             });
             sleep(Duration::from_millis(50));
             ready_tx.send(()).unwrap();
+            // Hang guards: a broken node-loss path fails here, not hangs.
+            let guard = Duration::from_secs(20);
             let d: ProcessDied = receive()
                 .when(move |d: &ProcessDied| d.monitor == m, |d| d)
-                .wait();
+                .timeout(guard)
+                .expect("the monitor fires on node loss");
             let s: ExitSignal = receive()
                 .when(move |s: &ExitSignal| s.from == q, |s| s)
-                .wait();
-            let call = expect::<String>();
+                .timeout(guard)
+                .expect("the link fires on node loss");
+            let call = expect_timeout::<String>(guard).expect("the pending call fails");
             (d.reason, s.reason, call)
         });
         (a, r)
