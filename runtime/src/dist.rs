@@ -64,13 +64,10 @@ fn queue(sender: &PeerSender, kind: u8, payload: &[u8]) -> Result<(), NetError> 
             return sender.send(kind, payload);
         };
         if sender.send_held(kind, payload)? {
-            w.frames_held.set(true);
-            HELD.with(|h| {
-                let mut h = h.borrow_mut();
-                if !h.iter().any(|s| s.same_peer(sender)) {
-                    h.push(sender.clone());
-                }
-            });
+            let mut held = w.held_frames.borrow_mut();
+            if !held.iter().any(|s| s.same_peer(sender)) {
+                held.push(sender.clone());
+            }
         }
         Ok(())
     };
@@ -81,30 +78,20 @@ fn queue(sender: &PeerSender, kind: u8, payload: &[u8]) -> Result<(), NetError> 
     }
 }
 
-thread_local! {
-    /// Connections holding frames sent from this worker thread (see
-    /// [`queue`]).
-    static HELD: RefCell<Vec<PeerSender>> = const { RefCell::new(Vec::new()) };
-}
-
-/// Writes the frames this worker thread held (see [`queue`]). Run by the
-/// worker after each process it resumes, on its own stack.
-pub(crate) fn flush_held() {
-    HELD.with(|h| {
-        if h.borrow().is_empty() {
-            return;
-        }
-        let held = std::mem::take(&mut *h.borrow_mut());
-        for s in &held {
-            s.flush();
-        }
-        // Keep the allocation.
-        let mut h = h.borrow_mut();
-        if h.is_empty() {
-            *h = held;
-            h.clear();
-        }
-    });
+/// Writes the frames held on the connections in `held` (a worker's list,
+/// see [`queue`]). Run by the worker after each process it resumes that
+/// held some, on its own stack.
+pub(crate) fn flush_held(held: &RefCell<Vec<PeerSender>>) {
+    let senders = std::mem::take(&mut *held.borrow_mut());
+    for s in &senders {
+        s.flush();
+    }
+    // Keep the allocation.
+    let mut h = held.borrow_mut();
+    if h.is_empty() {
+        *h = senders;
+        h.clear();
+    }
 }
 
 /// Control commands between nodes.

@@ -586,7 +586,7 @@ impl Node {
                             current: std::cell::Cell::new(std::ptr::null()),
                             rounds: std::cell::Cell::new(0),
                             serials: std::cell::Cell::new((0, 0)),
-                            frames_held: std::cell::Cell::new(false),
+                            held_frames: Default::default(),
                         }
                         .run()
                     })?,

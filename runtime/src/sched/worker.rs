@@ -30,10 +30,9 @@ pub(crate) struct WorkerCtx {
     pub(crate) rounds: Cell<u32>,
     /// Pid serials reserved for spawns on this worker: `[next, end)`.
     pub(crate) serials: Cell<(u64, u64)>,
-    /// A process run by this worker sent frames to another node that wait
-    /// for [`crate::dist::flush_held`] (checked here, not in a thread-local,
-    /// after every process run).
-    pub(crate) frames_held: Cell<bool>,
+    /// Connections holding frames that processes run here sent to other
+    /// nodes, written after each run (see `dist::queue`).
+    pub(crate) held_frames: std::cell::RefCell<Vec<graft_net::PeerSender>>,
 }
 
 impl std::fmt::Debug for WorkerCtx {
@@ -97,8 +96,8 @@ impl WorkerCtx {
             };
             self.run_process(p);
             // What it sent to other nodes leaves now (see `dist::queue`).
-            if self.frames_held.replace(false) {
-                crate::dist::flush_held();
+            if !self.held_frames.borrow().is_empty() {
+                crate::dist::flush_held(&self.held_frames);
             }
         }
     }
