@@ -362,32 +362,30 @@ pub fn decode<T: Mobile>(bytes: &[u8]) -> Result<T, DecodeError> {
                 "deflate stream length differs from the header".into(),
             ));
         }
-        return decode_body::<T, Binary>(&body);
+        return decode_body::<T, Binary>(&body, 0);
     }
-    decode_body::<T, Binary>(h.body)
+    decode_body::<T, Binary>(h.body, 0)
 }
 
-fn decode_body<T: Mobile, S: Source>(body: &[u8]) -> Result<T, DecodeError> {
-    let mut d = Decoder::<S>::new(body);
-    let r = match T::decode(&mut d) {
-        Ok(v) => match d.flush() {
-            Err(e) => Err(d.bury_err(v, e)),
-            Ok(()) => {
-                if S::TEXT {
-                    while d.remaining() > 0
-                        && body[body.len() - d.remaining()].is_ascii_whitespace()
-                    {
-                        let _ = d.byte();
-                    }
-                }
-                match d.remaining() {
-                    0 => Ok(v),
-                    n => Err(d.bury_err(v, DecodeError::TrailingBytes(n))),
-                }
+/// Decodes the body that starts at `input[start..]`, then the deferred cell
+/// contents; only whitespace (text form) may follow.
+fn decode_body<T: Mobile, S: Source>(input: &[u8], start: usize) -> Result<T, DecodeError> {
+    let mut d = Decoder::<S>::at(input, start);
+    let r = T::decode(&mut d).and_then(|v| {
+        let rest = d.flush().and_then(|()| {
+            if S::TEXT {
+                d.skip_ws();
             }
-        },
-        Err(e) => Err(e),
-    };
+            match d.remaining() {
+                0 => Ok(()),
+                n => Err(DecodeError::TrailingBytes(n)),
+            }
+        });
+        match rest {
+            Ok(()) => Ok(v),
+            Err(e) => Err(d.bury_err(v, e)),
+        }
+    });
     d.finish(r.is_err());
     r
 }
@@ -435,5 +433,5 @@ pub fn from_text<T: Mobile>(text: &str) -> Result<T, DecodeError> {
         return Err(mismatch::<T>(&name, hash));
     }
     let start = text.len() - d.remaining();
-    decode_body::<T, Text>(&text.as_bytes()[start..])
+    decode_body::<T, Text>(text.as_bytes(), start)
 }

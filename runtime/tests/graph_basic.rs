@@ -167,3 +167,14 @@ fn usize_that_does_not_fit() {
         8 + ("usize".len() - "()".len())
     );
 }
+
+#[test]
+fn text_errors_give_the_offset_in_the_whole_text() {
+    let text = graph::to_text(&5u8);
+    let bad = format!("{}x", &text[..text.len() - 1]);
+    let err = graph::from_text::<u8>(&bad).unwrap_err();
+    assert_eq!(
+        err,
+        DecodeError::Invalid(format!("`x` is not a u8 (at byte {})", bad.len()))
+    );
+}

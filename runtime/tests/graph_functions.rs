@@ -121,13 +121,20 @@ fn corrupted_code_reference_is_refused() {
 
 #[test]
 fn signature_is_part_of_the_check() {
-    // Same type name on the wire is impossible for different signatures, but
-    // the check also binds the reference to `MobileFn<A, R>`: decoding the
-    // body of a `MobileFn<u8, u8>` as a `MobileFn<u8, u16>` fails.
+    // The header's descriptor already tells the signatures apart, but the
+    // check also binds the reference to `MobileFn<A, R>`: decoding the body
+    // of a `MobileFn<u8, u8>` as a `MobileFn<u8, u16>` fails.
     let f = MobileFn::new(1u8, |a: &u8, b: u8| a + b);
-    let bytes = graph::encode(&f);
+    let mut bytes = graph::encode(&f);
     assert!(matches!(
         graph::decode::<MobileFn<u8, u16>>(&bytes),
         Err(DecodeError::TypeMismatch { .. })
     ));
+    // With the header forged to name the other type (the hash follows the
+    // 3 magic, version and flags bytes), only the code reference's checksum
+    // is left to refuse it.
+    let other = graph::descriptor_of::<MobileFn<u8, u16>>().hash();
+    bytes[5..13].copy_from_slice(&other.to_le_bytes());
+    let err = graph::decode::<MobileFn<u8, u16>>(&bytes).unwrap_err();
+    assert!(matches!(err, DecodeError::BadCode(_)), "{err}");
 }

@@ -51,25 +51,27 @@ fn mnodes_s(nodes: usize, d: Duration) -> f64 {
     nodes as f64 / 1e6 / d.as_secs_f64()
 }
 
+/// Checks that `v` round-trips, then reports the encode and decode rates as
+/// `{name}_encode_mb_s` and `{name}_decode_mb_s`.
+fn throughput<T: Mobile + PartialEq + std::fmt::Debug>(name: &str, v: &T) {
+    let bytes = graph::encode(v);
+    assert_eq!(&graph::decode::<T>(&bytes).unwrap(), v);
+    let enc = time(|| graph::encode(v), drop);
+    let dec = time(|| graph::decode::<T>(&bytes).unwrap(), drop);
+    for (pass, d) in [("encode", enc), ("decode", dec)] {
+        report(
+            "serialise",
+            &format!("{name}_{pass}_mb_s"),
+            "MB/s",
+            mb_s(bytes.len(), d),
+        );
+    }
+}
+
 fn flat() {
     let mut rng = Rng(0x1234_5678);
     let v: Vec<u64> = (0..1_000_000).map(|_| rng.next()).collect();
-    let bytes = graph::encode(&v);
-    assert_eq!(graph::decode::<Vec<u64>>(&bytes).unwrap(), v);
-    let enc = time(|| graph::encode(&v), drop);
-    let dec = time(|| graph::decode::<Vec<u64>>(&bytes).unwrap(), drop);
-    report(
-        "serialise",
-        "flat_encode_mb_s",
-        "MB/s",
-        mb_s(bytes.len(), enc),
-    );
-    report(
-        "serialise",
-        "flat_decode_mb_s",
-        "MB/s",
-        mb_s(bytes.len(), dec),
-    );
+    throughput("flat", &v);
 }
 
 fn words() {
@@ -82,22 +84,7 @@ fn words() {
                 .collect()
         })
         .collect();
-    let bytes = graph::encode(&v);
-    assert_eq!(graph::decode::<Vec<String>>(&bytes).unwrap(), v);
-    let enc = time(|| graph::encode(&v), drop);
-    let dec = time(|| graph::decode::<Vec<String>>(&bytes).unwrap(), drop);
-    report(
-        "serialise",
-        "words_encode_mb_s",
-        "MB/s",
-        mb_s(bytes.len(), enc),
-    );
-    report(
-        "serialise",
-        "words_decode_mb_s",
-        "MB/s",
-        mb_s(bytes.len(), dec),
-    );
+    throughput("words", &v);
 }
 
 #[derive(Mobile)]

@@ -41,21 +41,19 @@ fn fields_of(fields: &Fields) -> Vec<Field> {
     fields
         .iter()
         .enumerate()
-        .map(|(i, f)| match &f.ident {
-            Some(id) => Field {
-                name: id.to_string(),
-                ty: f.ty.clone(),
-                member: quote!(#id),
-                var: format_ident!("__f{}", i),
-            },
-            None => {
-                let idx = syn::Index::from(i);
-                Field {
-                    name: String::new(),
-                    ty: f.ty.clone(),
-                    member: quote!(#idx),
-                    var: format_ident!("__f{}", i),
+        .map(|(i, f)| {
+            let (name, member) = match &f.ident {
+                Some(id) => (id.to_string(), quote!(#id)),
+                None => {
+                    let idx = syn::Index::from(i);
+                    (String::new(), quote!(#idx))
                 }
+            };
+            Field {
+                name,
+                ty: f.ty.clone(),
+                member,
+                var: format_ident!("__f{}", i),
             }
         })
         .collect()
@@ -117,19 +115,9 @@ fn decode_fields(fields: &[Field], build: TokenStream2) -> TokenStream2 {
     out
 }
 
-fn construct(path: TokenStream2, fields: &Fields, fs: &[Field]) -> TokenStream2 {
-    let vars = fs.iter().map(|f| &f.var);
-    match fields {
-        Fields::Named(_) => {
-            let members = fs.iter().map(|f| &f.member);
-            quote!(#path { #(#members: #vars),* })
-        }
-        Fields::Unnamed(_) => quote!(#path ( #(#vars),* )),
-        Fields::Unit => path,
-    }
-}
-
-fn pattern(path: TokenStream2, fields: &Fields, fs: &[Field]) -> TokenStream2 {
+/// `path { member: var, .. }`, `path(var, ..)` or `path`: builds the value
+/// from the field variables, or (as a pattern) binds them.
+fn with_vars(path: TokenStream2, fields: &Fields, fs: &[Field]) -> TokenStream2 {
     let vars = fs.iter().map(|f| &f.var);
     match fields {
         Fields::Named(_) => {
@@ -170,7 +158,7 @@ fn expand(mut input: DeriveInput) -> syn::Result<TokenStream2> {
                     __d.leave();
                 }
             };
-            let pat = pattern(quote!(#name), &s.fields, &fs);
+            let pat = with_vars(quote!(#name), &s.fields, &fs);
             let enc = encode_fields(&fs);
             let encode = quote! {
                 let #pat = self;
@@ -178,8 +166,7 @@ fn expand(mut input: DeriveInput) -> syn::Result<TokenStream2> {
                 #enc
                 __e.end();
             };
-            let build = construct(quote!(#name), &s.fields, &fs);
-            let dec = decode_fields(&fs, build);
+            let dec = decode_fields(&fs, pat.clone());
             let decode = quote! {
                 __d.begin(#name_str)?;
                 #dec
@@ -206,8 +193,8 @@ fn expand(mut input: DeriveInput) -> syn::Result<TokenStream2> {
                     #desc
                     __d.leave_variant();
                 });
-                let pat = pattern(quote!(#name::#vid), &v.fields, &fs);
-                let build = construct(quote!(#name::#vid), &v.fields, &fs);
+                let pat = with_vars(quote!(#name::#vid), &v.fields, &fs);
+                let build = pat.clone();
                 if fs.is_empty() {
                     enc_arms.push(quote! { #pat => __e.variant(#idx, #vname), });
                     dec_arms.push(quote! { #idx => ::core::result::Result::Ok(#build), });

@@ -32,6 +32,7 @@
 
 use std::sync::OnceLock;
 
+use super::descriptor::first_u64;
 use super::func::{Encoded, MobileFn, MobileFnOnce};
 use super::wire::{Format, Source};
 use super::{DecodeError, Decoder, Encoder, Mobile};
@@ -77,12 +78,6 @@ pub fn fingerprint() -> u64 {
         };
         first_u64(hash.as_bytes())
     })
-}
-
-fn first_u64(b: &[u8; 32]) -> u64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&b[..8]);
-    u64::from_le_bytes(a)
 }
 
 /// Executable mappings of this program's file, from `/proc/self/maps`.

@@ -111,6 +111,15 @@ impl<'a, S: Source> Decoder<'a, S> {
         }
     }
 
+    /// A decoder whose reading starts at `input[pos..]` (error offsets
+    /// still count from the start of `input`).
+    pub(crate) fn at(input: &'a [u8], pos: usize) -> Self {
+        Decoder {
+            pos,
+            ..Self::new(input)
+        }
+    }
+
     /// Bytes not read yet.
     #[inline]
     pub(crate) fn remaining(&self) -> usize {
@@ -225,13 +234,13 @@ impl<'a, S: Source> Decoder<'a, S> {
         }
     }
 
-    pub(crate) fn byte(&mut self) -> Result<u8> {
+    fn byte(&mut self) -> Result<u8> {
         Ok(self.take(1)?[0])
     }
 
     // ---- text tokens ------------------------------------------------------
 
-    fn skip_ws(&mut self) {
+    pub(crate) fn skip_ws(&mut self) {
         while self.pos < self.input.len() && self.input[self.pos].is_ascii_whitespace() {
             self.pos += 1;
         }

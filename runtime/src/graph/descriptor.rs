@@ -22,6 +22,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::{OnceLock, RwLock};
 
+use super::wire::Scalar;
 use super::Mobile;
 
 /// A type's structural descriptor: a stable 64-bit hash and a readable form.
@@ -68,11 +69,13 @@ impl fmt::Display for Descriptor {
 }
 
 /// The stable hash of a readable form.
-pub(crate) fn hash_form(form: &str) -> u64 {
-    let h = blake3::hash(form.as_bytes());
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&h.as_bytes()[..8]);
-    u64::from_le_bytes(a)
+fn hash_form(form: &str) -> u64 {
+    first_u64(blake3::hash(form.as_bytes()).as_bytes())
+}
+
+/// The first 8 bytes of a BLAKE3 hash, little endian.
+pub(crate) fn first_u64(hash: &[u8; 32]) -> u64 {
+    <u64 as Scalar>::get(&hash[..8])
 }
 
 /// Builds a descriptor; [`Mobile::describe`] writes into it.

@@ -495,7 +495,3 @@ impl<'e, F: Format> Encoder<'e, F> {
         }
     }
 }
-
-/// The formats, for the docs above.
-#[allow(dead_code)]
-type Formats = (Walk, Binary, Text);

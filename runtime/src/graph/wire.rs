@@ -133,11 +133,11 @@ macro_rules! float_scalar {
             const NAME: &'static str = stringify!($t);
             #[inline(always)]
             fn put(self, out: &mut [u8]) {
-                out.copy_from_slice(&self.to_bits().to_le_bytes());
+                self.to_bits().put(out);
             }
             #[inline(always)]
             fn push(self, out: &mut Vec<u8>) {
-                out.extend_from_slice(&self.to_bits().to_le_bytes());
+                self.to_bits().push(out);
             }
             #[inline(always)]
             fn get(bytes: &[u8]) -> Self {
