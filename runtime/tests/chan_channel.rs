@@ -4,19 +4,9 @@
 mod common;
 
 use graft::*;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-/// Hang guard for polling loops (never a speed assertion).
-const GUARD: Duration = Duration::from_secs(20);
-
-/// Waits (yielding) until `pid` is parked.
-fn until_parked(pid: Pid) {
-    let start = Instant::now();
-    while process_info(pid).map(|i| i.status) != Some(Status::Waiting) {
-        assert!(start.elapsed() < GUARD, "{pid} never parked");
-        yield_now();
-    }
-}
+use common::until_parked;
 
 rt_test! {
     fn unbounded_keeps_order_per_sender() {

@@ -195,11 +195,7 @@ rt_test! {
             for _ in g {}
         });
         let r = monitor(child);
-        let start = std::time::Instant::now();
-        while process_info(child).map(|i| i.status) != Some(Status::Waiting) {
-            assert!(start.elapsed() < std::time::Duration::from_secs(20), "never parked");
-            yield_now();
-        }
+        common::until_parked(child);
         exit(child, ExitReason::Kill);
         let died: ProcessDied = expect();
         assert_eq!((died.monitor, died.reason), (r, ExitReason::Killed));

@@ -1,7 +1,21 @@
 //! Shared helpers for the runtime's integration tests.
 #![allow(dead_code, missing_docs, unreachable_pub)]
 
-use graft::{Node, NodeConfig};
+use graft::{process_info, yield_now, Node, NodeConfig, Pid, Status};
+use std::time::{Duration, Instant};
+
+/// Waits (yielding, inside a process) until `pid` is parked; fails after
+/// 20 s.
+pub fn until_parked(pid: Pid) {
+    let start = Instant::now();
+    while process_info(pid).map(|i| i.status) != Some(Status::Waiting) {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "{pid} never parked"
+        );
+        yield_now();
+    }
+}
 
 /// A node on loopback with `workers` workers.
 pub fn node(workers: usize) -> Node {
