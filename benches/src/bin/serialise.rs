@@ -115,15 +115,18 @@ fn build_dag() -> Vec<Arc<Node>> {
 fn dag() {
     let nodes = build_dag();
     let bytes = graph::encode(&nodes);
-    {
+    let heap = {
+        let before = allocated_bytes();
         let back: Vec<Arc<Node>> = graph::decode(&bytes).unwrap();
+        let heap = allocated_bytes().saturating_sub(before);
         assert_eq!(back.len(), NODES);
         for (i, n) in back.iter().enumerate().skip(1) {
             assert_eq!(n.value, i as u64);
             assert!(Arc::ptr_eq(&n.children[0], &back[i / 100]));
             assert!(Arc::ptr_eq(&n.children[1], &back[i / 1000]));
         }
-    }
+        heap
+    };
     let enc = time(|| graph::encode(&nodes), drop);
     let dec = time(|| graph::decode::<Vec<Arc<Node>>>(&bytes).unwrap(), drop);
     // Reference, not a serialiser figure: the same DAG built directly
@@ -157,6 +160,7 @@ fn dag() {
         "bytes",
         bytes.len() as f64 / NODES as f64,
     );
+    fault_reference(heap);
 }
 
 #[derive(Mobile)]
@@ -243,6 +247,57 @@ fn main() {
     if run("dag") {
         dag_warm();
     }
+}
+
+/// Bytes the global allocator hands out (heap and mmapped), from glibc.
+fn allocated_bytes() -> usize {
+    // SAFETY: mallinfo2 only reads the allocator's statistics.
+    let m = unsafe { libc::mallinfo2() };
+    m.uordblks + m.hblkhd
+}
+
+/// Reference, not a serialiser figure: how much memory a decoded DAG takes
+/// from the allocator (`dag_heap_mb`), and how long the kernel takes to
+/// hand that much fresh memory to this process in 4 KiB pages
+/// (`dag_heap_fault_ms`: an anonymous mapping of that size, one write per
+/// page). Every cold run, built or decoded, pays at least that; at 20 M
+/// nodes/s the whole decode has 50 ms.
+fn fault_reference(heap: usize) {
+    let page = 4096;
+    let len = heap.div_ceil(page) * page;
+    let fault = time(
+        || {
+            // SAFETY: a fresh private anonymous mapping, written only inside
+            // its bounds and unmapped below, after the timed region.
+            unsafe {
+                let p = libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                );
+                assert_ne!(p, libc::MAP_FAILED, "mmap of {len} bytes");
+                let p = p.cast::<u8>();
+                for off in (0..len).step_by(page) {
+                    p.add(off).write_volatile(1);
+                }
+                p
+            }
+        },
+        // SAFETY: the mapping made above, `len` bytes, no longer used.
+        |p| unsafe {
+            libc::munmap(p.cast(), len);
+        },
+    );
+    report("serialise", "dag_heap_mb", "MB", heap as f64 / 1e6);
+    report(
+        "serialise",
+        "dag_heap_fault_ms",
+        "ms",
+        fault.as_secs_f64() * 1e3,
+    );
 }
 
 /// The DAG decode in steady state, as a long-running node sees it: the
