@@ -872,6 +872,22 @@ pub fn connect(addr: std::net::SocketAddr) -> Result<NodeId, Error> {
     blocking(move || crate::node::connect_transport(&node, addr))
 }
 
+/// Closes the connection to `node`, as `erlang:disconnect_node/1` does;
+/// `false` if it was not connected (or outside a process). See
+/// [`Node::disconnect`](crate::Node::disconnect) for what follows.
+///
+/// ```
+/// use graft::{Node, NodeConfig, NodeId};
+///
+/// let node = Node::start(NodeConfig::new("127.0.0.1:0")).unwrap();
+/// let other = NodeId::from_name("nowhere@127.0.0.1");
+/// assert!(!node.run(move || graft::disconnect(other)).unwrap());
+/// # node.shutdown();
+/// ```
+pub fn disconnect(node: NodeId) -> bool {
+    context::worker().is_some_and(|w| w.node.dist.disconnect(node))
+}
+
 /// The nodes this node is connected to now.
 pub fn nodes() -> Vec<NodeId> {
     context::worker().map_or_else(Vec::new, |w| w.node.dist.nodes())

@@ -21,11 +21,13 @@
 //!
 //! Every monitor a local process holds on a remote one, every link between
 //! a local and a remote process and every request waiting for a remote
-//! answer is recorded per node. When the connection to a node is lost
-//! (socket closed, heartbeats missed), each of them completes at once:
-//! monitors fire `ProcessDied { reason: NoConnection }`, links deliver an
-//! exit signal with `NoConnection`, requests fail with
-//! [`Error::NoConnection`].
+//! answer is recorded per node, with the connection it was made over. When
+//! a connection is lost (socket closed, heartbeats missed, or
+//! [`Node::disconnect`](crate::Node::disconnect)), each of its records
+//! completes at once: monitors fire `ProcessDied { reason: NoConnection }`,
+//! links deliver an exit signal with `NoConnection`, requests fail with
+//! [`Error::NoConnection`]. What was made over a newer connection to the
+//! same node (reconnected meanwhile) stays.
 
 use crate::error::Error;
 use crate::exit::{ExitReason, ProcessDied};
@@ -174,15 +176,16 @@ struct Peer {
     sender: PeerSender,
 }
 
-/// What completes when a node is lost.
+/// What completes when a connection to a node is lost; each record names
+/// the connection it was made over.
 #[derive(Debug, Default)]
 struct Watches {
-    /// (monitor, local watcher, remote target)
-    monitors: Vec<(MonitorRef, Pid, Pid)>,
-    /// (local process, remote process)
-    links: Vec<(Pid, Pid)>,
-    /// (request id, local waiter)
-    pending: Vec<(u64, Pid)>,
+    /// (monitor, local watcher, remote target, connection)
+    monitors: Vec<(MonitorRef, Pid, Pid, PeerId)>,
+    /// (local process, remote process, connection)
+    links: Vec<(Pid, Pid, PeerId)>,
+    /// (request id, local waiter, connection)
+    pending: Vec<(u64, Pid, PeerId)>,
 }
 
 /// The distribution state of one node.
@@ -236,16 +239,58 @@ impl Dist {
         self.peers.read().get(&node).map(|p| p.info.creation)
     }
 
-    /// Sends one frame to `node`.
-    fn send_frame(&self, node: NodeId, kind: u8, payload: &[u8]) -> Result<(), Error> {
+    /// The connection to `node` now, if it leads to incarnation `creation`.
+    fn connection(&self, node: NodeId, creation: u32) -> Option<PeerId> {
         let peers = self.peers.read();
-        let peer = peers.get(&node).ok_or(Error::NoConnection(node))?;
+        let p = peers.get(&node)?;
+        (p.info.creation == creation).then_some(p.info.id)
+    }
+
+    /// Sends one frame to `node`, on connection `only` if given (and not at
+    /// all if that one is gone).
+    fn send_frame(
+        &self,
+        node: NodeId,
+        only: Option<PeerId>,
+        kind: u8,
+        payload: &[u8],
+    ) -> Result<(), Error> {
+        let peers = self.peers.read();
+        let peer = peers
+            .get(&node)
+            .filter(|p| only.is_none() || only == Some(p.info.id))
+            .ok_or(Error::NoConnection(node))?;
         queue(&peer.sender, kind, payload).map_err(|_| Error::NoConnection(node))
     }
 
     /// Sends a control command to `node`.
     pub(crate) fn send_ctl(&self, node: NodeId, c: &Ctl) -> Result<(), Error> {
-        self.send_frame(node, KIND_CTL, &graph::encode(c))
+        self.send_frame(node, None, KIND_CTL, &graph::encode(c))
+    }
+
+    /// Sends a control command on one connection to `node`: a command whose
+    /// record names that connection (see [`Watches`]).
+    fn send_ctl_on(&self, node: NodeId, conn: PeerId, c: &Ctl) -> Result<(), Error> {
+        self.send_frame(node, Some(conn), KIND_CTL, &graph::encode(c))
+    }
+
+    /// Closes the connection to `node`; `false` if there was none. What
+    /// waited on it completes as for a lost node (see the module docs), on
+    /// both nodes. The node stays reachable: [`Node::connect`] or a peer's
+    /// mesh update connects it again.
+    ///
+    /// [`Node::connect`]: crate::Node::connect
+    pub(crate) fn disconnect(&self, node: NodeId) -> bool {
+        let Some(t) = self.transport() else {
+            return false;
+        };
+        // Out of `nodes()` at once; the loss itself completes on the node
+        // loop, as any other (`node_lost`).
+        let Some(peer) = self.peers.write().remove(&node) else {
+            return false;
+        };
+        t.disconnect(peer.info.id);
+        true
     }
 
     /// Sends an encoded message to a remote pid (dropped if its node or its
@@ -316,23 +361,24 @@ impl Dist {
         self.watches.lock()
     }
 
-    /// A local process monitors a remote one. `false`: no connection (the
-    /// caller delivers `NoConnection` itself).
+    /// A local process monitors a remote one. `false`: no connection to the
+    /// target's incarnation (the caller delivers the `ProcessDied` itself).
     pub(crate) fn monitor(&self, watcher: Pid, target: Pid, r: MonitorRef) -> bool {
         let node = target.node();
+        let Some(conn) = self.connection(node, target.creation()) else {
+            return false;
+        };
         self.watches()
             .entry(node)
             .or_default()
             .monitors
-            .push((r, watcher, target));
-        let ok = self.creation_of(node) == Some(target.creation())
-            && self
-                .send_ctl(node, &Ctl::Monitor { watcher, target, r })
-                .is_ok();
-        if !ok {
-            self.forget_monitor(node, r);
-        }
-        ok
+            .push((r, watcher, target, conn));
+        let sent = self
+            .send_ctl_on(node, conn, &Ctl::Monitor { watcher, target, r })
+            .is_ok();
+        // The connection went meanwhile: whoever takes the record back
+        // reports it (the loss completes what it takes).
+        sent || !self.forget_monitor(node, r)
     }
 
     fn forget_monitor(&self, node: NodeId, r: MonitorRef) -> bool {
@@ -341,7 +387,7 @@ impl Dist {
             return false;
         };
         let before = ws.monitors.len();
-        ws.monitors.retain(|(mr, _, _)| *mr != r);
+        ws.monitors.retain(|m| m.0 != r);
         before != ws.monitors.len()
     }
 
@@ -351,40 +397,42 @@ impl Dist {
         }
     }
 
-    /// Links a local process to a remote one; `false`: no connection.
+    /// Links a local process to a remote one; `false`: no connection to the
+    /// remote's incarnation (the caller delivers the exit signal itself).
     pub(crate) fn link(&self, local: Pid, remote: Pid) -> bool {
         let node = remote.node();
-        self.record_link(local, remote);
-        let ok = self.creation_of(node) == Some(remote.creation())
-            && self
-                .send_ctl(
-                    node,
-                    &Ctl::Link {
-                        from: local,
-                        to: remote,
-                    },
-                )
-                .is_ok();
-        if !ok {
-            self.forget_link(local, remote);
-        }
-        ok
+        let Some(conn) = self.connection(node, remote.creation()) else {
+            return false;
+        };
+        self.record_link(local, remote, conn);
+        let link = Ctl::Link {
+            from: local,
+            to: remote,
+        };
+        let sent = self.send_ctl_on(node, conn, &link).is_ok();
+        // As in `monitor`.
+        sent || !self.forget_link(local, remote)
     }
 
-    /// Records a link between a local and a remote process, to be broken
-    /// with `NoConnection` if the remote node is lost.
-    fn record_link(&self, local: Pid, remote: Pid) {
+    /// Records a link between a local and a remote process, made over
+    /// connection `conn`, to be broken with `NoConnection` if it is lost.
+    fn record_link(&self, local: Pid, remote: Pid, conn: PeerId) {
         self.watches()
             .entry(remote.node())
             .or_default()
             .links
-            .push((local, remote));
+            .push((local, remote, conn));
     }
 
-    fn forget_link(&self, local: Pid, remote: Pid) {
-        if let Some(ws) = self.watches().get_mut(&remote.node()) {
-            ws.links.retain(|l| *l != (local, remote));
-        }
+    /// Forgets a link record; `false` if there was none.
+    fn forget_link(&self, local: Pid, remote: Pid) -> bool {
+        let mut w = self.watches();
+        let Some(ws) = w.get_mut(&remote.node()) else {
+            return false;
+        };
+        let before = ws.links.len();
+        ws.links.retain(|l| (l.0, l.1) != (local, remote));
+        before != ws.links.len()
     }
 
     pub(crate) fn unlink(&self, local: Pid, remote: Pid) {
@@ -398,8 +446,9 @@ impl Dist {
         );
     }
 
-    /// Sends a request that a `DistReply { req }` will answer; on failure
-    /// nothing is recorded.
+    /// Sends a request that a `DistReply { req }` will answer (a failure
+    /// too, once the request is recorded). `Err`: nothing was recorded and
+    /// no reply will come.
     pub(crate) fn request(
         &self,
         node: NodeId,
@@ -407,23 +456,30 @@ impl Dist {
         req: u64,
         c: &Ctl,
     ) -> Result<(), Error> {
+        let conn = self
+            .peers
+            .read()
+            .get(&node)
+            .map(|p| p.info.id)
+            .ok_or(Error::NoConnection(node))?;
         self.watches()
             .entry(node)
             .or_default()
             .pending
-            .push((req, waiter));
-        let r = self.send_ctl(node, c);
-        if r.is_err() {
-            self.complete(node, req);
+            .push((req, waiter, conn));
+        match self.send_ctl_on(node, conn, c) {
+            // Taken back: no reply will come. Already taken by the loss of
+            // the connection: its `NoConnection` reply is on its way.
+            Err(e) if self.complete(node, req).is_some() => Err(e),
+            _ => Ok(()),
         }
-        r
     }
 
     /// Forgets a request; returns its waiter if it was still pending.
     fn complete(&self, node: NodeId, req: u64) -> Option<Pid> {
         let mut w = self.watches();
         let ws = w.get_mut(&node)?;
-        let i = ws.pending.iter().position(|(r, _)| *r == req)?;
+        let i = ws.pending.iter().position(|p| p.0 == req)?;
         Some(ws.pending.swap_remove(i).1)
     }
 
@@ -523,7 +579,6 @@ impl Handler for NetHandler {
         let _ = n.commands.send(NodeCommand::PeerDown {
             node: NodeId::from_name(&peer.name),
             peer: peer.id,
-            creation: peer.creation,
         });
     }
 }
@@ -585,7 +640,7 @@ fn on_ctl(n: &std::sync::Arc<NodeShared>, peer: &PeerInfo, from: NodeId, c: Ctl)
                 if let (true, Ok(child)) = (linked, &result) {
                     let child = *child;
                     if n.with_live_meta(w, |m| m.links.push(child)) {
-                        n.dist.record_link(w, child);
+                        n.dist.record_link(w, child, peer.id);
                     }
                 }
                 let result = result.map(Some).map_err(Error::Remote);
@@ -650,7 +705,7 @@ fn on_ctl(n: &std::sync::Arc<NodeShared>, peer: &PeerInfo, from: NodeId, c: Ctl)
                 }
             });
             if added {
-                n.dist.record_link(to, remote);
+                n.dist.record_link(to, remote, peer.id);
             } else {
                 let _ = n.dist.send_ctl(
                     from,
@@ -734,13 +789,14 @@ fn remote_spawn(
         f.call()
     })?;
     if let Some(remote) = link {
-        n.dist.record_link(pid, remote);
+        n.dist.record_link(pid, remote, peer.id);
     }
     Ok(pid)
 }
 
-/// Completes everything that waited on a lost node (run by the node loop).
-pub(crate) fn node_lost(n: &NodeShared, node: NodeId, peer: PeerId, creation: u32) {
+/// Completes everything that waited on a lost connection `peer` to `node`
+/// (run by the node loop).
+pub(crate) fn node_lost(n: &NodeShared, node: NodeId, peer: PeerId) {
     {
         let mut peers = n.dist.peers.write();
         if peers.get(&node).is_some_and(|p| p.info.id == peer) {
@@ -750,29 +806,19 @@ pub(crate) fn node_lost(n: &NodeShared, node: NodeId, peer: PeerId, creation: u3
     let ws = {
         let mut w = n.dist.watches();
         let Some(ws) = w.get_mut(&node) else { return };
-        // Only what concerned the lost incarnation (a restarted node may
-        // already be connected again under the same name).
-        let mut lost = Watches::default();
-        ws.monitors.retain(|m| {
-            let keep = m.2.creation() != creation;
-            if !keep {
-                lost.monitors.push(*m);
-            }
-            keep
-        });
-        ws.links.retain(|l| {
-            let keep = l.1.creation() != creation;
-            if !keep {
-                lost.links.push(*l);
-            }
-            keep
-        });
-        if n.dist.creation_of(node).is_none() {
-            lost.pending = std::mem::take(&mut ws.pending);
+        // Only what was made over the lost connection (the node may be
+        // connected again already).
+        let lost = Watches {
+            monitors: take_where(&mut ws.monitors, |m| m.3 == peer),
+            links: take_where(&mut ws.links, |l| l.2 == peer),
+            pending: take_where(&mut ws.pending, |p| p.2 == peer),
+        };
+        if ws.monitors.is_empty() && ws.links.is_empty() && ws.pending.is_empty() {
+            w.remove(&node);
         }
         lost
     };
-    for (r, watcher, target) in ws.monitors {
+    for (r, watcher, target, _) in ws.monitors {
         n.deliver(
             watcher,
             Mail::Down(ProcessDied {
@@ -782,7 +828,7 @@ pub(crate) fn node_lost(n: &NodeShared, node: NodeId, peer: PeerId, creation: u3
             }),
         );
     }
-    for (local, remote) in ws.links {
+    for (local, remote, _) in ws.links {
         n.deliver(
             local,
             Mail::Signal {
@@ -792,7 +838,7 @@ pub(crate) fn node_lost(n: &NodeShared, node: NodeId, peer: PeerId, creation: u3
             },
         );
     }
-    for (req, waiter) in ws.pending {
+    for (req, waiter, _) in ws.pending {
         n.deliver(
             waiter,
             Mail::msg(DistReply {
@@ -801,4 +847,20 @@ pub(crate) fn node_lost(n: &NodeShared, node: NodeId, peer: PeerId, creation: u3
             }),
         );
     }
+}
+
+/// Removes and returns the items of `v` that match `f`, keeping the order
+/// of both parts.
+fn take_where<T>(v: &mut Vec<T>, mut f: impl FnMut(&T) -> bool) -> Vec<T> {
+    let mut taken = Vec::new();
+    let mut kept = Vec::with_capacity(v.len());
+    for x in v.drain(..) {
+        if f(&x) {
+            taken.push(x);
+        } else {
+            kept.push(x);
+        }
+    }
+    *v = kept;
+    taken
 }

@@ -144,7 +144,6 @@ pub(crate) enum NodeCommand {
     PeerDown {
         node: NodeId,
         peer: graft_net::PeerId,
-        creation: u32,
     },
     /// Connect to a node (full mesh: a peer told us of it).
     Connect(SocketAddr),
@@ -659,6 +658,30 @@ impl Node {
         self.shared.dist.nodes()
     }
 
+    /// Closes the connection to `node`, as `erlang:disconnect_node/1` does;
+    /// `false` if it was not connected. Both nodes then see it as lost:
+    /// monitors across it fire with `NoConnection`, links across it break
+    /// with `NoConnection`, and requests waiting on it fail with
+    /// [`Error::NoConnection`]. Nothing else stops: [`connect`](Self::connect)
+    /// joins the two again, and pids from before stay valid.
+    ///
+    /// ```
+    /// use graft::{Node, NodeConfig};
+    ///
+    /// let a = Node::start(NodeConfig::new("127.0.0.1:0").cookie("doc")).unwrap();
+    /// let b = Node::start(NodeConfig::new("127.0.0.1:0").cookie("doc")).unwrap();
+    /// let id = a.connect(b.addr()).unwrap();
+    /// assert!(a.disconnect(id));
+    /// assert!(!a.nodes().contains(&id));
+    /// assert!(!a.disconnect(id));
+    /// assert_eq!(a.connect(b.addr()).unwrap(), id);
+    /// # a.shutdown();
+    /// # b.shutdown();
+    /// ```
+    pub fn disconnect(&self, node: NodeId) -> bool {
+        self.shared.dist.disconnect(node)
+    }
+
     /// Runs `f` as a process (the root process of a program) and returns its
     /// value once it finishes. Call it from outside any process (`main`, a
     /// test): it blocks the calling OS thread until `f` returns, which from
@@ -809,11 +832,7 @@ fn node_loop(node: &Arc<NodeShared>, rx: Receiver<NodeCommand>) {
     while let Ok(cmd) = rx.recv() {
         match cmd {
             NodeCommand::Stop => return,
-            NodeCommand::PeerDown {
-                node: id,
-                peer,
-                creation,
-            } => dist::node_lost(node, id, peer, creation),
+            NodeCommand::PeerDown { node: id, peer } => dist::node_lost(node, id, peer),
             NodeCommand::Connect(addr) => {
                 let known = node
                     .dist

@@ -476,3 +476,90 @@ fn a_process_that_sends_and_runs_on_without_stopping_still_gets_its_message_out(
     .unwrap();
     assert_eq!(receiver.join().unwrap(), 42);
 }
+
+#[test]
+fn disconnect_completes_what_waited_on_both_sides_and_the_nodes_join_again() {
+    let (a, b, b_id) = pair();
+    let a_id = a.id();
+    let guard = Duration::from_secs(20);
+    // Processes on both sides that live through the disconnect.
+    let sleeper = a
+        .spawn(|| {
+            expect::<u8>();
+        })
+        .unwrap();
+    let echo = b
+        .spawn(|| loop {
+            let (from, n): (Pid, u64) = expect();
+            send(from, n + 1);
+        })
+        .unwrap();
+    // b's side: a monitor on a process of a.
+    let (b_tx, b_rx) = std::sync::mpsc::channel::<Option<ExitReason>>();
+    b.spawn(move || {
+        let m = monitor(sleeper);
+        b_tx.send(None).unwrap();
+        let d = receive()
+            .when(move |d: &ProcessDied| d.monitor == m, |d| d.reason)
+            .timeout(guard);
+        b_tx.send(d).unwrap();
+    })
+    .unwrap();
+    assert_eq!(b_rx.recv_timeout(guard).unwrap(), None, "b monitors");
+    // a's side: a monitor, a link and a call across the connection; then a
+    // process on a cuts it.
+    let r = a.run(move || {
+        let m = monitor(echo);
+        trap_exits(true);
+        let q = spawn_link_on(b_id, (), |()| {
+            expect::<u8>();
+        })
+        .unwrap();
+        let me = self_pid();
+        spawn(move || {
+            let r = call_on(b_id, me, |me| {
+                send(me, "called".to_string());
+                expect::<u8>()
+            });
+            send(me, format!("{r:?}"));
+        });
+        assert_eq!(expect_timeout::<String>(guard).unwrap(), "called");
+        assert!(disconnect(b_id));
+        assert!(!nodes().contains(&b_id));
+        assert!(!disconnect(b_id), "already disconnected");
+        let d = receive()
+            .when(move |d: &ProcessDied| d.monitor == m, |d| d.reason)
+            .timeout(guard)
+            .expect("the monitor fires");
+        let s = receive()
+            .when(move |s: &ExitSignal| s.from == q, |s| s.reason)
+            .timeout(guard)
+            .expect("the link breaks");
+        let call = expect_timeout::<String>(guard).expect("the call fails");
+        (d, s, call)
+    });
+    let (down, exit, call) = r.unwrap();
+    assert_eq!(down, ExitReason::NoConnection);
+    assert_eq!(exit, ExitReason::NoConnection);
+    assert!(
+        call.starts_with("Err(") && call.contains("NoConnection"),
+        "{call}"
+    );
+    assert_eq!(
+        b_rx.recv_timeout(guard).unwrap(),
+        Some(ExitReason::NoConnection),
+        "b's monitor on a's process fires too"
+    );
+    // Nothing else stopped; the nodes join again and old pids still work.
+    assert!(b.run(move || is_alive(echo)).unwrap());
+    assert!(a.run(move || is_alive(sleeper)).unwrap());
+    assert_eq!(a.connect(b.addr()).unwrap(), b_id);
+    eventually("b sees a again", || b.nodes().contains(&a_id));
+    let answer = a
+        .run(move || {
+            send(echo, (self_pid(), 41u64));
+            expect_timeout::<u64>(guard)
+        })
+        .unwrap();
+    assert_eq!(answer, Some(42));
+}
