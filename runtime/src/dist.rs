@@ -186,6 +186,9 @@ struct Watches {
     links: Vec<(Pid, Pid, PeerId)>,
     /// (request id, local waiter, connection)
     pending: Vec<(u64, Pid, PeerId)>,
+    /// (monitor, local target, connection): a process of that node
+    /// monitors a local one. Its watcher entry goes with the connection.
+    watched: Vec<(MonitorRef, Pid, PeerId)>,
 }
 
 /// The distribution state of one node.
@@ -323,15 +326,18 @@ impl Dist {
                 self.deliver_encoded(to, desc, &bytes);
                 Ok(())
             }
-            Mail::Down(d) => self.send_ctl(
-                to.node(),
-                &Ctl::Down {
-                    watcher: to,
-                    target: d.pid,
-                    r: d.monitor,
-                    reason: d.reason,
-                },
-            ),
+            Mail::Down(d) => {
+                self.forget_watched(to.node(), d.monitor);
+                self.send_ctl(
+                    to.node(),
+                    &Ctl::Down {
+                        watcher: to,
+                        target: d.pid,
+                        r: d.monitor,
+                        reason: d.reason,
+                    },
+                )
+            }
             Mail::Signal { from, reason, link } => {
                 if link {
                     self.forget_link(from, to);
@@ -389,6 +395,22 @@ impl Dist {
         let before = ws.monitors.len();
         ws.monitors.retain(|m| m.0 != r);
         before != ws.monitors.len()
+    }
+
+    /// Records that a process of `node` monitors local `target` over `conn`.
+    fn record_watched(&self, node: NodeId, r: MonitorRef, target: Pid, conn: PeerId) {
+        self.watches()
+            .entry(node)
+            .or_default()
+            .watched
+            .push((r, target, conn));
+    }
+
+    /// Forgets such a record (the monitor was cancelled or has fired).
+    fn forget_watched(&self, node: NodeId, r: MonitorRef) {
+        if let Some(ws) = self.watches().get_mut(&node) {
+            ws.watched.retain(|w| w.0 != r);
+        }
     }
 
     pub(crate) fn demonitor(&self, target: Pid, r: MonitorRef) {
@@ -664,7 +686,9 @@ fn on_ctl(n: &std::sync::Arc<NodeShared>, peer: &PeerInfo, from: NodeId, c: Ctl)
         }
         Ctl::Monitor { watcher, target, r } => {
             let added = n.with_live_meta(target, |m| m.watchers.push((r, watcher)));
-            if !added {
+            if added {
+                n.dist.record_watched(from, r, target, peer.id);
+            } else {
                 let _ = n.dist.send_ctl(
                     from,
                     &Ctl::Down {
@@ -677,9 +701,8 @@ fn on_ctl(n: &std::sync::Arc<NodeShared>, peer: &PeerInfo, from: NodeId, c: Ctl)
             }
         }
         Ctl::Demonitor { target, r } => {
-            if let Some(t) = n.local_process(target) {
-                t.meta.lock().watchers.retain(|(wr, _)| *wr != r);
-            }
+            n.dist.forget_watched(from, r);
+            unwatch(n, target, r);
         }
         Ctl::Down {
             watcher,
@@ -812,12 +835,21 @@ pub(crate) fn node_lost(n: &NodeShared, node: NodeId, peer: PeerId) {
             monitors: take_where(&mut ws.monitors, |m| m.3 == peer),
             links: take_where(&mut ws.links, |l| l.2 == peer),
             pending: take_where(&mut ws.pending, |p| p.2 == peer),
+            watched: take_where(&mut ws.watched, |w| w.2 == peer),
         };
-        if ws.monitors.is_empty() && ws.links.is_empty() && ws.pending.is_empty() {
+        if ws.monitors.is_empty()
+            && ws.links.is_empty()
+            && ws.pending.is_empty()
+            && ws.watched.is_empty()
+        {
             w.remove(&node);
         }
         lost
     };
+    // Monitors of local processes held from that node are gone with it.
+    for (r, target, _) in ws.watched {
+        unwatch(n, target, r);
+    }
     for (r, watcher, target, _) in ws.monitors {
         n.deliver(
             watcher,
@@ -846,6 +878,13 @@ pub(crate) fn node_lost(n: &NodeShared, node: NodeId, peer: PeerId) {
                 result: Err(Error::NoConnection(node)),
             }),
         );
+    }
+}
+
+/// Removes monitor `r` from local process `target`'s watchers.
+fn unwatch(n: &NodeShared, target: Pid, r: MonitorRef) {
+    if let Some(t) = n.local_process(target) {
+        t.meta.lock().watchers.retain(|(wr, _)| *wr != r);
     }
 }
 

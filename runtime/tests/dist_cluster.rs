@@ -550,6 +550,11 @@ fn disconnect_completes_what_waited_on_both_sides_and_the_nodes_join_again() {
         Some(ExitReason::NoConnection),
         "b's monitor on a's process fires too"
     );
+    // b dropped a's monitor on echo with the connection.
+    eventually("b forgets a's monitor", || {
+        b.run(move || process_info(echo).unwrap().monitored_by.is_empty())
+            .unwrap()
+    });
     // Nothing else stopped; the nodes join again and old pids still work.
     assert!(b.run(move || is_alive(echo)).unwrap());
     assert!(a.run(move || is_alive(sleeper)).unwrap());
