@@ -137,7 +137,7 @@ impl Default for EncodeOptions {
 }
 
 impl EncodeOptions {
-    /// No compression (what [`encode`] does).
+    /// No compression (what [`encode`](fn@encode) does).
     pub fn uncompressed() -> Self {
         EncodeOptions {
             compress_above: None,
@@ -404,7 +404,7 @@ fn text_header<'a>(d: &mut Decoder<'a, Text>) -> Result<(u64, String), DecodeErr
     Ok((hash, name))
 }
 
-/// Writes `v` in the text form: the same graph as [`encode`], readable.
+/// Writes `v` in the text form: the same graph as [`encode`](fn@encode), readable.
 ///
 /// ```
 /// let text = graft::graph::to_text(&Some(vec![1u8, 2]));
@@ -424,7 +424,7 @@ pub fn to_text<T: Mobile>(v: &T) -> String {
 ///
 /// # Errors
 ///
-/// As [`decode`]; syntax errors are [`DecodeError::Invalid`] with the byte
+/// As [`decode`](fn@decode); syntax errors are [`DecodeError::Invalid`] with the byte
 /// offset.
 pub fn from_text<T: Mobile>(text: &str) -> Result<T, DecodeError> {
     let mut d = Decoder::<Text>::new(text.as_bytes());

@@ -39,8 +39,8 @@
 //!   descriptors checked before decoding, [`graph::MobileFn`]).
 //! * Failure: [`monitor`] gives [`ProcessDied`]; [`link`] ties lifetimes;
 //!   [`trap_exits`] turns exit signals into [`ExitSignal`] messages;
-//!   [`exit`] sends a signal.
-//! * Typed channels: [`channel`] and [`bounded`] make a [`SendPort`] /
+//!   [`exit`](fn@exit) sends a signal.
+//! * Typed channels: [`channel`](fn@channel) and [`bounded`] make a [`SendPort`] /
 //!   [`ReceivePort`] pair (`bounded(0)` is a rendezvous). A process waiting
 //!   on a port parks its green thread, never its worker; ports also work
 //!   from plain OS threads. [`select`] and [`merge_ports`] read several ports

@@ -227,7 +227,7 @@ impl<R: 'static> MobileFnOnce<R> {
 
 impl MobileFnOnce<Encoded> {
     /// A function that runs `body` on `env` and returns its result encoded
-    /// (with [`graph::encode`](super::encode): header, descriptor and all).
+    /// (with [`graph::encode`](fn@super::encode): header, descriptor and all).
     /// The node that runs it needs not know `R`; the node that asked decodes
     /// the [`Encoded`] as an `R`.
     pub fn returning<E: Mobile, R: Mobile>(env: E, body: fn(E) -> R) -> Self {
@@ -277,7 +277,7 @@ impl<R: 'static> Mobile for MobileFnOnce<R> {
     }
 }
 
-/// An encoded value (the output of [`graph::encode`](super::encode)), as
+/// An encoded value (the output of [`graph::encode`](fn@super::encode)), as
 /// returned by a [`MobileFnOnce::returning`] function.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Encoded(pub Vec<u8>);
@@ -287,7 +287,7 @@ impl Encoded {
     ///
     /// # Errors
     ///
-    /// As [`graph::decode`](super::decode).
+    /// As [`graph::decode`](fn@super::decode).
     pub fn decode<T: Mobile>(&self) -> Result<T, DecodeError> {
         super::decode(&self.0)
     }
@@ -320,12 +320,12 @@ impl Mobile for Encoded {
     }
 }
 
-/// Builds a [`MobileFn`](crate::graph::MobileFn) from a closure and its
+/// Builds a [`MobileFn`] from a closure and its
 /// capture list: `mobile_fn!([a, b] |x: T| body)` or `mobile_fn!([a] || body)`
 /// (argument `()`).
 ///
 /// The captured variables are moved into the environment (a tuple, which
-/// must be [`Mobile`](crate::graph::Mobile)); inside the body each name is a
+/// must be [`Mobile`]); inside the body each name is a
 /// reference to its value. A body that uses a variable not in the list does
 /// not compile.
 ///
@@ -358,7 +358,7 @@ macro_rules! mobile_fn {
     };
 }
 
-/// Builds a [`MobileFnOnce`](crate::graph::MobileFnOnce) from a closure and
+/// Builds a [`MobileFnOnce`] from a closure and
 /// its capture list: `mobile_fn_once!([a, b] || body)`. The captured
 /// variables are moved into the environment and moved into the body.
 ///
