@@ -225,6 +225,50 @@ fn three_nodes_form_a_full_mesh() {
     assert_eq!(v.unwrap(), 25);
 }
 
+/// Inside a process: a monitor on `target` (a process of node `b`), a link
+/// to a new process on `b` and a call to `b` that is still waiting; then
+/// `cut()`, and what the three complete with (hang guards: a broken loss
+/// path fails here, not hangs).
+fn across_then_cut(b: NodeId, target: Pid, cut: impl FnOnce()) -> (ExitReason, ExitReason, String) {
+    let guard = Duration::from_secs(20);
+    let m = monitor(target);
+    trap_exits(true);
+    let q = spawn_link_on(b, (), |()| {
+        expect::<u8>();
+    })
+    .unwrap();
+    let me = self_pid();
+    spawn(move || {
+        let r = call_on(b, me, |me| {
+            send(me, "called".to_string());
+            expect::<u8>()
+        });
+        send(me, format!("{r:?}"));
+    });
+    assert_eq!(expect_timeout::<String>(guard).unwrap(), "called");
+    cut();
+    let d = receive()
+        .when(move |d: &ProcessDied| d.monitor == m, |d| d.reason)
+        .timeout(guard)
+        .expect("the monitor fires");
+    let s = receive()
+        .when(move |s: &ExitSignal| s.from == q, |s| s.reason)
+        .timeout(guard)
+        .expect("the link breaks");
+    let call = expect_timeout::<String>(guard).expect("the call fails");
+    (d, s, call)
+}
+
+/// All three completed with `NoConnection`.
+fn assert_cut((down, exit, call): (ExitReason, ExitReason, String)) {
+    assert_eq!(down, ExitReason::NoConnection);
+    assert_eq!(exit, ExitReason::NoConnection);
+    assert!(
+        call.starts_with("Err(") && call.contains("NoConnection"),
+        "{call}"
+    );
+}
+
 #[test]
 fn node_loss_fires_monitors_links_and_pending_calls() {
     let (a, b, b_id) = pair();
@@ -235,50 +279,16 @@ fn node_loss_fires_monitors_links_and_pending_calls() {
                 expect::<u8>();
             })
             .unwrap();
-            let m = monitor(p);
-            trap_exits(true);
-            let q = spawn_link_on(b_id, (), |()| {
-                expect::<u8>();
-            })
-            .unwrap();
-            let me = self_pid();
-            // A call that never answers, waiting when the node goes.
-            spawn(move || {
-                let r = call_on(b_id, (), |()| {
-                    expect::<u8>();
-                    0u8
-                });
-                send(me, format!("{r:?}"));
-            });
-            sleep(Duration::from_millis(50));
-            ready_tx.send(()).unwrap();
-            // Hang guards: a broken node-loss path fails here, not hangs.
-            let guard = Duration::from_secs(20);
-            let d: ProcessDied = receive()
-                .when(move |d: &ProcessDied| d.monitor == m, |d| d)
-                .timeout(guard)
-                .expect("the monitor fires on node loss");
-            let s: ExitSignal = receive()
-                .when(move |s: &ExitSignal| s.from == q, |s| s)
-                .timeout(guard)
-                .expect("the link fires on node loss");
-            let call = expect_timeout::<String>(guard).expect("the pending call fails");
-            (d.reason, s.reason, call)
+            across_then_cut(b_id, p, || ready_tx.send(()).unwrap())
         });
         (a, r)
     });
     ready_rx.recv().unwrap();
     b.shutdown();
     let (_a, r) = waiter.join().unwrap();
-    let (down, exit, call) = r.unwrap();
     // A stopping node leaves the cluster before it kills its processes, so
     // no `Killed` can reach us: what completes these is the node loss.
-    assert_eq!(down, ExitReason::NoConnection);
-    assert_eq!(exit, ExitReason::NoConnection);
-    assert!(
-        call.starts_with("Err(") && call.contains("NoConnection"),
-        "{call}"
-    );
+    assert_cut(r.unwrap());
 }
 
 #[test]
@@ -509,42 +519,13 @@ fn disconnect_completes_what_waited_on_both_sides_and_the_nodes_join_again() {
     // a's side: a monitor, a link and a call across the connection; then a
     // process on a cuts it.
     let r = a.run(move || {
-        let m = monitor(echo);
-        trap_exits(true);
-        let q = spawn_link_on(b_id, (), |()| {
-            expect::<u8>();
+        across_then_cut(b_id, echo, || {
+            assert!(disconnect(b_id));
+            assert!(!nodes().contains(&b_id));
+            assert!(!disconnect(b_id), "already disconnected");
         })
-        .unwrap();
-        let me = self_pid();
-        spawn(move || {
-            let r = call_on(b_id, me, |me| {
-                send(me, "called".to_string());
-                expect::<u8>()
-            });
-            send(me, format!("{r:?}"));
-        });
-        assert_eq!(expect_timeout::<String>(guard).unwrap(), "called");
-        assert!(disconnect(b_id));
-        assert!(!nodes().contains(&b_id));
-        assert!(!disconnect(b_id), "already disconnected");
-        let d = receive()
-            .when(move |d: &ProcessDied| d.monitor == m, |d| d.reason)
-            .timeout(guard)
-            .expect("the monitor fires");
-        let s = receive()
-            .when(move |s: &ExitSignal| s.from == q, |s| s.reason)
-            .timeout(guard)
-            .expect("the link breaks");
-        let call = expect_timeout::<String>(guard).expect("the call fails");
-        (d, s, call)
     });
-    let (down, exit, call) = r.unwrap();
-    assert_eq!(down, ExitReason::NoConnection);
-    assert_eq!(exit, ExitReason::NoConnection);
-    assert!(
-        call.starts_with("Err(") && call.contains("NoConnection"),
-        "{call}"
-    );
+    assert_cut(r.unwrap());
     assert_eq!(
         b_rx.recv_timeout(guard).unwrap(),
         Some(ExitReason::NoConnection),

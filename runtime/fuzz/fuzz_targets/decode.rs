@@ -57,7 +57,61 @@ fn free_ring(r: Arc<Ring>) {
     }
 }
 
-fuzz_target!(|data: &[u8]| {
+/// Writes seed inputs (encodings of each type, binary, compressed and text,
+/// behind their selector byte) into the directory named by
+/// `GRAFT_FUZZ_SEEDS`, if set. They are written by this executable because
+/// mobile functions only decode in the build that encoded them.
+fn write_seeds() {
+    use graft::graph::EncodeOptions;
+    let Some(dir) = std::env::var_os("GRAFT_FUZZ_SEEDS") else {
+        return;
+    };
+    let dir = std::path::PathBuf::from(dir);
+    std::fs::create_dir_all(&dir).expect("seed directory");
+    let mut n = 0;
+    let mut put = |which: u8, bytes: Vec<u8>| {
+        let mut seed = vec![which];
+        seed.extend(bytes);
+        std::fs::write(dir.join(format!("seed-{n:03}")), seed).expect("seed file");
+        n += 1;
+    };
+    macro_rules! forms {
+        ($which:expr, $v:expr) => {{
+            let v = &$v;
+            put($which, graph::encode(v));
+            put($which, graph::encode_with(v, &EncodeOptions::default().compress_above(0)));
+            put($which, graph::to_text(v).into_bytes());
+        }};
+    }
+    let shared = Arc::new(Tree::Leaf(7));
+    let tree = Tree::Node {
+        kids: vec![
+            Tree::Shared(shared.clone()),
+            Tree::Shared(shared.clone()),
+            Tree::Back(Arc::downgrade(&shared)),
+            Tree::Boxed(Box::new(Tree::Leaf(1))),
+        ],
+        label: "root".into(),
+    };
+    forms!(0, tree);
+    let ring = Arc::new(Ring { value: 1, next: Cell::new(None) });
+    let second = Arc::new(Ring { value: 2, next: Cell::new(Some(ring.clone())) });
+    ring.next.set(Some(second));
+    forms!(1, ring);
+    free_ring(ring);
+    let mixed = Mixed {
+        map: HashMap::from([("a".to_string(), vec![Some(1), None, Some(-3)])]),
+        tree: BTreeMap::from([(1, ('x', true, 0.5)), (2, ('\u{e9}', false, -1.0))]),
+        units: vec![(), ()],
+        f: MobileFn::new(3u64, |k, x| x * *k),
+        once: MobileFnOnce::new("hi".to_string(), |s| s + "!"),
+    };
+    forms!(2, mixed);
+    forms!(3, vec!["alpha".to_string(), String::new(), "\u{3bb}".to_string()]);
+    forms!(4, (9u8, vec![1u64, u64::MAX], Some(Box::new(Tree::Leaf(3)))));
+}
+
+fuzz_target!(init: write_seeds(), |data: &[u8]| {
     let Some((&which, rest)) = data.split_first() else {
         return;
     };
