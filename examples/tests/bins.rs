@@ -65,6 +65,9 @@ fn demo() {
         "died: counter told to crash",
         "the supervisor restarted it as",
         "reason: noconnection }",
+        "alpha's monitor on",
+        "fired: noconnection",
+        "rejoined: the same counter",
         "demo finished",
     ] {
         assert_has(&out, line);

@@ -27,7 +27,8 @@ pub use crate::supervisor::{
     self, ChildKind, ChildSpec, DynamicSupervisor, Restart, Shutdown, Strategy, Supervisor,
 };
 pub use graft::{
-    blocking, call_on, connect, nodes, process_info, processes, spawn_link_on, spawn_on, whereis_on,
+    blocking, call_on, connect, disconnect, nodes, process_info, processes, spawn_link_on,
+    spawn_on, whereis_on,
 };
 pub use graft::{
     demonitor, demonitor_flush, exit, exit_self, expect, expect_timeout, is_alive, link, make_ref,

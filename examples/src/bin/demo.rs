@@ -5,7 +5,9 @@
 //! 2. the paper's `interesting` count, computed on another node;
 //! 3. a message carrying a function (the paper's `Apply`);
 //! 4. a supervised counter gen_server on another node, crashed and restarted;
-//! 5. a node leaving, seen as `ProcessDied { reason: NoConnection }`.
+//! 5. a node leaving, seen as `ProcessDied { reason: NoConnection }`;
+//! 6. a connection cut (`disconnect`, as `erlang:disconnect_node`) and joined
+//!    again, the processes on both sides untouched.
 //!
 //! `cargo run --release -p graft-examples --bin demo`
 
@@ -105,6 +107,7 @@ fn main() {
     }
     println!("  alpha sees {} peers (full mesh)", a.nodes().len());
     let (b_id, c_id) = (b.id(), c.id());
+    let b_addr = b.addr();
 
     a.run(move || {
         step(1, "remote spawn with captured variables");
@@ -221,6 +224,30 @@ fn main() {
             sleep(Duration::from_millis(5));
         }
         println!("  alpha now sees {} peer(s)", nodes().len());
+
+        step(
+            6,
+            "a cut connection: alpha disconnects beta, then joins again",
+        );
+        let m = monitor(second);
+        disconnect(b_id);
+        let d: ProcessDied = receive()
+            .when(move |d: &ProcessDied| d.monitor == m, |d| d)
+            .timeout(Duration::from_secs(10))
+            .expect("the monitor fires");
+        println!("  alpha's monitor on {} fired: {}", d.pid, d.reason);
+        connect(b_addr).expect("alpha joins beta again");
+        call_on(b_id, CounterCast::Add(1), counter_cast).expect("call_on");
+        let (pid, value) = call_on(b_id, String::from("counter"), counter_state).expect("call_on");
+        let same = if pid == Some(second) {
+            "the same"
+        } else {
+            "another"
+        };
+        println!(
+            "  rejoined: {same} counter {second} on beta counts {}",
+            value.unwrap_or(-1)
+        );
     })
     .expect("alpha runs");
     b.shutdown();
