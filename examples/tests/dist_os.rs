@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 struct NodeProcess {
     child: Child,
     addr: SocketAddr,
+    /// Its output, kept open (so that it never writes to a closed pipe).
+    _out: std::io::Lines<BufReader<std::process::ChildStdout>>,
 }
 
 impl NodeProcess {
@@ -28,7 +30,11 @@ impl NodeProcess {
             .expect("listening line")
             .parse()
             .expect("an address");
-        NodeProcess { child, addr }
+        NodeProcess {
+            child,
+            addr,
+            _out: lines,
+        }
     }
 }
 
@@ -91,9 +97,19 @@ fn talk_to_a_node_in_another_os_process_and_see_it_die() {
 
 #[test]
 fn a_node_in_another_os_process_with_another_cookie_is_refused() {
-    let other = NodeProcess::start("cookie-one");
+    let mut other = NodeProcess::start("cookie-one");
     let me = node("cookie-two");
     let r = me.connect(other.addr);
-    assert!(matches!(&r, Err(Error::Remote(_))), "{r:?}");
+    assert!(
+        matches!(&r, Err(Error::Remote(m)) if m.contains("cookie")),
+        "{r:?}"
+    );
     assert!(me.nodes().is_empty());
+    // Refused, not gone: the other node still runs and still serves.
+    assert!(
+        other.child.try_wait().unwrap().is_none(),
+        "graft-node exited"
+    );
+    let same = node("cookie-one");
+    assert!(same.connect(other.addr).is_ok());
 }

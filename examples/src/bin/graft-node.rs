@@ -40,9 +40,11 @@ fn main() {
         eprintln!("graft-node: {e}");
         std::process::exit(1);
     }
-    println!("listening on {}", node.addr());
-    println!("node {}", node.name());
-    let _ = std::io::stdout().flush();
+    // A reader that stopped listening is no reason to stop serving.
+    let mut out = std::io::stdout();
+    let _ = writeln!(out, "listening on {}", node.addr());
+    let _ = writeln!(out, "node {}", node.name());
+    let _ = out.flush();
     // Serve until killed.
     loop {
         std::thread::park();
