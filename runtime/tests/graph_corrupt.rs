@@ -175,11 +175,20 @@ fn huge_lengths_do_not_allocate() {
     let mut bytes = graph::encode(&Vec::<u64>::new());
     bytes.pop();
     bytes.extend_from_slice(&[0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x10]);
-    assert!(graph::decode::<Vec<u64>>(&bytes).is_err());
+    assert_eq!(
+        graph::decode::<Vec<u64>>(&bytes),
+        Err(graph::DecodeError::Truncated)
+    );
     let mut bytes = graph::encode(&Vec::<()>::new());
     bytes.pop();
     bytes.extend_from_slice(&[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f]);
-    assert!(graph::decode::<Vec<()>>(&bytes).is_err());
+    assert!(
+        matches!(
+            graph::decode::<Vec<()>>(&bytes),
+            Err(graph::DecodeError::LimitExceeded(_))
+        ),
+        "a zero-size item budget, not an allocation"
+    );
     let mut bytes = graph::encode(&String::new());
     bytes.pop();
     bytes.extend_from_slice(&[0xff, 0xff, 0xff, 0xff, 0x0f]);
