@@ -169,6 +169,26 @@ fn usize_that_does_not_fit() {
 }
 
 #[test]
+fn strings_that_are_not_utf8_are_refused() {
+    // "abcé" ends in the two bytes of 'é'; each alone is not UTF-8, and
+    // 0x80 is not ASCII either.
+    let good = graph::encode(&String::from("abc\u{e9}"));
+    assert_eq!(graph::decode::<String>(&good).unwrap(), "abc\u{e9}");
+    for bad in [0x80u8, 0xc3, 0xff] {
+        let mut bytes = good.clone();
+        let n = bytes.len();
+        bytes[n - 2] = b'd';
+        bytes[n - 1] = bad;
+        match graph::decode::<String>(&bytes) {
+            Err(graph::DecodeError::Invalid(m)) => assert!(m.contains("UTF-8"), "{m}"),
+            other => panic!("{bad:#x}: {other:?}"),
+        }
+        bytes[n - 1] = b'e';
+        assert_eq!(graph::decode::<String>(&bytes).unwrap(), "abcde");
+    }
+}
+
+#[test]
 fn text_errors_give_the_offset_in_the_whole_text() {
     let text = graph::to_text(&5u8);
     let bad = format!("{}x", &text[..text.len() - 1]);

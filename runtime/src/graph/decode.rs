@@ -388,6 +388,11 @@ impl<'a, S: Source> Decoder<'a, S> {
             return Err(DecodeError::Truncated);
         }
         let raw = self.take(n as usize)?;
+        if raw.is_ascii() {
+            // SAFETY: ASCII is UTF-8. (Checked first: most strings are
+            // short and ASCII, and this check is cheaper than `from_utf8`.)
+            return Ok(unsafe { std::str::from_utf8_unchecked(raw) }.to_owned());
+        }
         match std::str::from_utf8(raw) {
             Ok(s) => Ok(s.to_owned()),
             Err(_) => Err(self.invalid("string is not UTF-8")),
