@@ -66,6 +66,8 @@ fn generated_dags_keep_identity() {
                     collect(k, out);
                 }
             }
+            let ids = |v: &[Arc<GNode>]| v.iter().map(|n| n.id).collect::<Vec<_>>();
+            assert_eq!(ids(&back), ids(&roots), "the roots, in order");
             for (a, b) in roots.iter().zip(&back) {
                 collect(a, &mut before);
                 collect(b, &mut after);

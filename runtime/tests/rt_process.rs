@@ -28,6 +28,7 @@ rt_test! {
             expect::<u64>();
         });
         let r = monitor(child);
+        common::until_parked(child);
         exit(child, ExitReason::Kill);
         let d: ProcessDied = expect();
         assert_eq!((d.pid, d.monitor), (child, r));

@@ -42,35 +42,39 @@ fn blocking_keeps_workers_free() {
     let node = common::node(1);
     node.run(|| {
         let me = self_pid();
+        // The blocker waits in the pool for a release that only another
+        // process sends, once the blocker is inside `blocking`. With one
+        // worker, that process runs only if `blocking` gave the worker up.
+        let entered = Arc::new(AtomicBool::new(false));
+        let (go, wait) = std::sync::mpsc::channel::<()>();
+        let inside = entered.clone();
         spawn(move || {
-            let v = blocking(|| {
-                std::thread::sleep(Duration::from_millis(200));
-                7u32
+            let v = blocking(move || {
+                inside.store(true, Ordering::SeqCst);
+                wait.recv_timeout(Duration::from_secs(5))
+                    .map(|()| 7u32)
+                    .unwrap_or(0)
             });
             send(me, v);
         });
-        // With one worker, this only runs while the other process is parked
-        // in `blocking`.
-        let t = Instant::now();
-        let pinger = spawn(move || send(me, "pong"));
-        let _ = pinger;
-        assert_eq!(expect::<&str>(), "pong");
-        assert!(
-            t.elapsed() < Duration::from_millis(200),
-            "the worker was free"
+        spawn(move || {
+            while !entered.load(Ordering::SeqCst) {
+                sleep(Duration::from_millis(1));
+            }
+            go.send(()).unwrap();
+        });
+        assert_eq!(
+            expect_timeout::<u32>(Duration::from_secs(10)),
+            Some(7),
+            "released while blocked: the worker was free"
         );
-        assert_eq!(expect::<u32>(), 7);
         // A panic inside `blocking` reaches the caller.
-        let child = spawn(|| {
+        let (_, r) = spawn_monitor(|| {
             blocking(|| panic!("in the pool"));
         });
-        let r = monitor(child);
         let d: ProcessDied = expect();
         assert_eq!(d.monitor, r);
-        assert!(
-            matches!(d.reason, ExitReason::Other(ref m) if m == "in the pool")
-                || d.reason == ExitReason::NoProc
-        );
+        assert_eq!(d.reason, ExitReason::Other("in the pool".into()));
     })
     .unwrap();
     node.shutdown();
@@ -82,13 +86,16 @@ fn pinned_processes_run_and_get_messages() {
     let n = node
         .run(|| {
             let me = self_pid();
-            let p = spawn_opts()
+            let (p, _) = spawn_opts()
                 .pinned()
-                .spawn(move || {
+                .spawn_monitor(move || {
+                    // Pinned: every resume on the same worker thread.
+                    let home = std::thread::current().id();
                     let mut total = 0u64;
                     for _ in 0..1000 {
                         total += expect::<u64>();
                         yield_now();
+                        assert_eq!(std::thread::current().id(), home, "migrated");
                     }
                     send(me, total);
                 })
@@ -96,10 +103,13 @@ fn pinned_processes_run_and_get_messages() {
             for i in 0..1000u64 {
                 send(p, i);
             }
-            expect::<u64>()
+            receive()
+                .on(|total: u64| Ok(total))
+                .on(|d: ProcessDied| Err(d.reason))
+                .timeout(Duration::from_secs(20))
         })
         .unwrap();
-    assert_eq!(n, 499_500);
+    assert_eq!(n, Some(Ok(499_500)));
 }
 
 #[test]

@@ -12,21 +12,29 @@ fn threads() -> usize {
 fn shutdown_with_10000_live_processes_is_prompt_and_leaks_no_thread() {
     let before = threads();
     let node = Node::start(NodeConfig::new("127.0.0.1:0").workers(2)).unwrap();
-    node.run(|| {
-        let me = self_pid();
-        for _ in 0..10_000 {
-            spawn(move || {
-                let _ = blocking(|| 1); // starts a blocking-pool thread too
-                expect::<()>();
-                send(me, ());
-            });
-        }
-    })
-    .unwrap();
+    let ready = node
+        .run(|| {
+            let me = self_pid();
+            for _ in 0..10_000 {
+                spawn(move || {
+                    let _ = blocking(|| 1); // starts a blocking-pool thread too
+                    send(me, ());
+                    expect::<()>();
+                });
+            }
+            (0..10_000)
+                .take_while(|_| expect_timeout::<()>(Duration::from_secs(20)).is_some())
+                .count()
+        })
+        .unwrap();
+    assert_eq!(ready, 10_000);
+    // The root goes (just after handing back its value); the 10,000 wait
+    // in `expect`.
     let wait = Instant::now();
-    while node.process_count() < 10_000 && wait.elapsed() < Duration::from_secs(10) {
+    while node.process_count() > 10_000 && wait.elapsed() < Duration::from_secs(10) {
         std::thread::sleep(Duration::from_millis(1));
     }
+    assert_eq!(node.process_count(), 10_000);
     assert!(threads() > before);
     let t = Instant::now();
     node.shutdown();
