@@ -5,6 +5,7 @@ mod common;
 
 use std::sync::{Arc, Barrier};
 use std::thread;
+use std::time::Duration;
 
 use common::*;
 use graft_net::{NetError, RawClient, FIRST_USER_KIND};
@@ -482,34 +483,59 @@ fn a_slow_reader_fills_the_socket_and_nothing_is_lost() {
 #[test]
 fn held_frames_leave_on_flush_with_a_later_send_or_past_the_cap() {
     init_log();
-    let (a, _ra) = start(config("a", "c").compress_threshold(usize::MAX));
+    // An hour's tick: a's writer never wakes on its own, so what leaves
+    // before a flush was not held.
+    let (a, _ra) = start(
+        config("a", "c")
+            .compress_threshold(usize::MAX)
+            .heartbeat(Duration::from_secs(3600)),
+    );
     let (b, rb) = start(config("b", "c"));
     let pb = a.connect(b.local_addr()).unwrap();
     rb.wait_for("b sees a", |ev| ups(ev).len() == 1);
     let pa = rb.ups()[0].id;
     let sender = a.sender(pb.id).unwrap();
-    let frames = || rb.frames_from(pa);
+    // Frames of kind 19 are probes: sent until one is held, which says
+    // a's writer has parked after the handshake.
+    const PROBE: u8 = 19;
+    let mut probes = 0;
+    loop {
+        probes += 1;
+        if sender.send_held(PROBE, b"probe").unwrap() {
+            sender.flush();
+            break;
+        }
+        assert!(probes < 2000, "a's writer never parked");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let frames = || {
+        let mut f = rb.frames_from(pa);
+        f.retain(|(k, _)| *k != PROBE);
+        f
+    };
+    rb.wait_for("the probes", |ev| count_frames(ev) == probes);
 
-    // Held, then flushed: both leave, in order.
-    let _ = sender.send_held(20, b"one").unwrap();
-    let _ = sender.send_held(21, b"two").unwrap();
+    // Held, then flushed: both leave, in order, and only then.
+    assert!(sender.send_held(20, b"one").unwrap(), "held");
+    assert!(sender.send_held(21, b"two").unwrap(), "held");
+    assert!(sender.queued_bytes() > 0, "nothing leaves before the flush");
     sender.flush();
     sender.flush(); // nothing held: no effect
-    rb.wait_for("one, two", |ev| count_frames(ev) == 2);
+    rb.wait_for("one, two", |ev| count_frames(ev) == probes + 2);
 
     // Held, then an ordinary send: it takes the held frame along.
-    let _ = sender.send_held(22, b"three").unwrap();
+    assert!(sender.send_held(22, b"three").unwrap(), "held");
     sender.send(23, b"four").unwrap();
-    rb.wait_for("three, four", |ev| count_frames(ev) == 4);
+    rb.wait_for("three, four", |ev| count_frames(ev) == probes + 4);
 
     // Held past the cap, never flushed: the writer takes over.
     let big = vec![7u8; 1000];
     for _ in 0..100 {
         let _ = sender.send_held(24, &big).unwrap();
     }
-    rb.wait_for("the held burst", |ev| count_frames(ev) >= 4 + 33);
+    rb.wait_for("the held burst", |ev| count_frames(ev) >= probes + 4 + 33);
     sender.flush();
-    rb.wait_for("all of it", |ev| count_frames(ev) == 104);
+    rb.wait_for("all of it", |ev| count_frames(ev) == probes + 104);
 
     let got = frames();
     let kinds: Vec<u8> = got.iter().map(|(k, _)| *k).collect();

@@ -43,7 +43,23 @@ fn assert_serving(a: &Transport, b: &Transport, ra: &Recorder, rb: &Recorder) {
     ra.wait_for("b -> a", |ev| frames_of(ev, to_b.id) == na + 1);
 }
 
+/// The handshake timeout of the node under test, in most tests.
+const HANDSHAKE: Duration = Duration::from_millis(500);
+
 fn setup() -> (
+    Transport,
+    Transport,
+    std::sync::Arc<Recorder>,
+    std::sync::Arc<Recorder>,
+) {
+    setup_with(HANDSHAKE)
+}
+
+/// Node `a` (under test, with handshake timeout `handshake`) and its good
+/// peer `b`, connected.
+fn setup_with(
+    handshake: Duration,
+) -> (
     Transport,
     Transport,
     std::sync::Arc<Recorder>,
@@ -53,7 +69,7 @@ fn setup() -> (
     let (a, ra) = start(
         config("a", "c")
             .max_frame(1 << 20)
-            .connect_timeout(Duration::from_millis(500)),
+            .connect_timeout(handshake),
     );
     let (b, rb) = start(config("b", "c"));
     b.connect(a.local_addr()).unwrap();
@@ -63,7 +79,6 @@ fn setup() -> (
 
 #[test]
 fn raw_tcp_garbage_is_dropped_before_the_handshake() {
-    let (a, b, ra, rb) = setup();
     let mut bad_kind = Vec::new();
     bad_kind.extend_from_slice(&3u32.to_be_bytes());
     bad_kind.extend_from_slice(&[9, 0, 1, 2, 3]); // kind 9: not a hello
@@ -71,45 +86,48 @@ fn raw_tcp_garbage_is_dropped_before_the_handshake() {
     bad_hello.extend_from_slice(&8u32.to_be_bytes());
     bad_hello.extend_from_slice(&[1, 0]); // a hello ...
     bad_hello.extend_from_slice(b"GRFTxxxx"); // ... that is not one
-    let cases: Vec<(&str, Vec<u8>, bool)> = vec![
+    let truncated = vec![0, 0, 0, 100, 1, 0, 7, 7, 7];
+    // (what, bytes, EOF after them, refused at once: not by the timeout)
+    let cases: Vec<(&str, Vec<u8>, bool, bool)> = vec![
         (
             "http request",
             b"GET / HTTP/1.1\r\nHost: x\r\n\r\n".to_vec(),
             false,
+            true,
         ),
         (
             "huge length prefix",
             vec![0xff, 0xff, 0xff, 0xff, 1, 0],
             false,
-        ),
-        ("unknown kind", bad_kind, false),
-        ("malformed hello", bad_hello, false),
-        (
-            "truncated frame, then EOF",
-            vec![0, 0, 0, 100, 1, 0, 7, 7, 7],
             true,
         ),
-        (
-            "truncated frame, then silence",
-            vec![0, 0, 0, 100, 1, 0, 7, 7, 7],
-            false,
-        ),
-        ("nothing at all", vec![], false),
+        ("unknown kind", bad_kind, false, true),
+        ("malformed hello", bad_hello, false, true),
+        ("truncated frame, then EOF", truncated.clone(), true, true),
+        ("truncated frame, then silence", truncated, false, false),
+        ("nothing at all", vec![], false, false),
     ];
-    for (what, bytes, eof) in cases {
-        let mut s = TcpStream::connect(a.local_addr()).unwrap();
-        s.write_all(&bytes).unwrap();
-        if eof {
-            s.shutdown(Shutdown::Write).unwrap();
+    // Garbage is refused as read: against a node whose handshake timeout
+    // is far longer than the wait here, only a refusal drops it in time.
+    // Silence is dropped by the handshake timeout.
+    for at_once in [true, false] {
+        let handshake = if at_once { GUARD * 4 } else { HANDSHAKE };
+        let (a, b, ra, rb) = setup_with(handshake);
+        for (what, bytes, eof, _) in cases.iter().filter(|c| c.3 == at_once) {
+            let mut s = TcpStream::connect(a.local_addr()).unwrap();
+            s.write_all(bytes).unwrap();
+            if *eof {
+                s.shutdown(Shutdown::Write).unwrap();
+            }
+            assert_dropped(s, what);
+            assert_serving(&a, &b, &ra, &rb);
         }
-        assert_dropped(s, what);
-        assert_serving(&a, &b, &ra, &rb);
+        assert_eq!(ra.ups().len(), 1, "no raw client ever came up");
+        assert!(ra.downs().is_empty());
+        a.shutdown();
+        b.shutdown();
+        assert_lifecycles(&ra.events());
     }
-    assert_eq!(ra.ups().len(), 1, "no raw client ever came up");
-    assert!(ra.downs().is_empty());
-    a.shutdown();
-    b.shutdown();
-    assert_lifecycles(&ra.events());
 }
 
 #[test]
