@@ -10,6 +10,9 @@ use graft_otp::prelude::*;
 struct Counter {
     n: i64,
     report: Option<Pid>,
+    /// Set by `StopWith`: `terminate` takes its time, so that a reply sent
+    /// before it would reach the caller first.
+    slow_terminate: bool,
 }
 
 #[derive(Debug, graft::Mobile)]
@@ -60,7 +63,10 @@ impl GenServer for Counter {
                 }
                 CallResult::NoReply
             }
-            Req::StopWith(r) => CallResult::Stop(r, Some(self.n)),
+            Req::StopWith(r) => {
+                self.slow_terminate = true;
+                CallResult::Stop(r, Some(self.n))
+            }
             Req::Twice => {
                 from.clone().reply(self.n);
                 CallResult::Reply(self.n + 1)
@@ -96,6 +102,9 @@ impl GenServer for Counter {
     }
 
     fn terminate(&mut self, reason: &ExitReason) {
+        if self.slow_terminate {
+            sleep(std::time::Duration::from_millis(20));
+        }
         if let Some(r) = self.report {
             send(r, Said::Terminated(reason.clone()));
         }
@@ -103,7 +112,11 @@ impl GenServer for Counter {
 }
 
 fn counter(report: Option<Pid>) -> Counter {
-    Counter { n: 0, report }
+    Counter {
+        n: 0,
+        report,
+        slow_terminate: false,
+    }
 }
 
 fn said() -> Said {
@@ -199,7 +212,11 @@ otp_test! {
         c.cast(Note::Add(3));
         let m = monitor(c.pid());
         assert_eq!(c.call(Req::StopWith(ExitReason::Shutdown)), Ok(3));
-        assert_eq!(said(), Said::Terminated(ExitReason::Shutdown));
+        // `terminate` ran before the reply was sent: its word is here already.
+        assert_eq!(
+            expect_timeout::<Said>(std::time::Duration::ZERO),
+            Some(Said::Terminated(ExitReason::Shutdown))
+        );
         let d: ProcessDied = expect_timeout(HANG).unwrap();
         assert_eq!((d.monitor, d.reason), (m, ExitReason::Shutdown));
         // Linked: the starter (trapping) sees the exit too.

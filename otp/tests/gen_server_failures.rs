@@ -19,7 +19,8 @@ enum Do {
     Panic(&'static str),
     /// Sleep this long, then answer.
     SlowEcho(u32, Duration),
-    /// Wait for a `()` message forever (to be killed mid-call).
+    /// Say "in call" to the reporter, then wait for a `()` message forever
+    /// (to be killed mid-call).
     Block,
     /// Exit the process with a reason (no panic).
     ExitWith(ExitReason),
@@ -44,6 +45,7 @@ impl GenServer for Faulty {
                 CallResult::Reply(n)
             }
             Do::Block => {
+                send(self.report, "in call");
                 expect::<()>();
                 CallResult::Reply(0)
             }
@@ -164,17 +166,11 @@ otp_test! {
             let r = s.call_infinity(Do::Block);
             send(me, r);
         });
-        // Wait until the server is inside the call, then kill it.
-        common::wait_until("the server blocks in the call", || {
-            graft::process_info(s.pid()).is_some_and(|i| i.mailbox_len == 0 && i.status == graft::Status::Waiting)
-        });
+        // Once the server is inside the call, kill it.
+        assert_eq!(expect_timeout::<&'static str>(HANG), Some("in call"));
         exit(s.pid(), ExitReason::Kill);
         let r: Result<u32, CallError> = expect_timeout(HANG).unwrap();
-        // Killed before or inside the call: either way the caller learns why.
-        assert!(
-            r == Err(CallError::ServerDied(ExitReason::Killed)) || r == Err(CallError::NoProc),
-            "{r:?}"
-        );
+        assert_eq!(r, Err(CallError::ServerDied(ExitReason::Killed)));
         assert_eq!(take_exit_signal(s.pid()), ExitReason::Killed);
     }
 

@@ -319,12 +319,14 @@ otp_test! {
 
     fn shutdown_timeout_then_kill_and_brutal_kill() {
         trap_exits(true);
-        // A child that traps exits and ignores them.
-        let stubborn = || {
-            Ok(spawn_link(|| {
+        let me = self_pid();
+        // A child that traps exits, tells us of each, and ignores it.
+        let stubborn = move || {
+            Ok(spawn_link(move || {
                 trap_exits(true);
                 loop {
-                    let _ = expect::<ExitSignal>();
+                    let s = expect::<ExitSignal>();
+                    send(me, (self_pid(), s.reason));
                 }
             }))
         };
@@ -336,12 +338,19 @@ otp_test! {
         let slow = supervisor::get_child(sup, "slow").unwrap();
         let brutal = supervisor::get_child(sup, "brutal").unwrap();
         let (ms, mb) = (monitor(slow), monitor(brutal));
+        // Timeout: asked to shut down first, killed when it does not.
         supervisor::terminate_child(sup, "slow").unwrap();
+        assert_eq!(
+            expect_timeout::<(Pid, ExitReason)>(HANG),
+            Some((slow, ExitReason::Shutdown))
+        );
         let d: ProcessDied = expect_timeout(HANG).unwrap();
         assert_eq!((d.monitor, d.reason), (ms, ExitReason::Killed));
+        // Brutal kill: killed without being asked.
         supervisor::terminate_child(sup, "brutal").unwrap();
         let d: ProcessDied = expect_timeout(HANG).unwrap();
         assert_eq!((d.monitor, d.reason), (mb, ExitReason::Killed));
+        assert_eq!(expect_timeout::<(Pid, ExitReason)>(Duration::ZERO), None);
         // Terminated children are not restarted; their specs stay.
         assert_eq!(supervisor::count_children(sup).unwrap().active, 0);
         assert_eq!(supervisor::count_children(sup).unwrap().specs, 2);
