@@ -204,7 +204,9 @@ rt_test! {
     }
 
     fn panic_in_a_generator_inside_a_process() {
-        let child = spawn(|| {
+        // Monitored from the start: with several workers the child may
+        // die before a later `monitor` would reach it.
+        let (_, r) = spawn_monitor(|| {
             let mut g = Generator::new(|y| {
                 y.yield_(());
                 panic!("gen boom");
@@ -212,8 +214,8 @@ rt_test! {
             g.next();
             g.next();
         });
-        monitor(child);
         let d: ProcessDied = expect();
+        assert_eq!(d.monitor, r);
         assert_eq!(d.reason, ExitReason::Other("gen boom".into()));
     }
 }
