@@ -26,17 +26,15 @@
 //! by the node with the smaller name is kept. Only the acceptor decides, and
 //! only after the initiator proved its cookie:
 //!
-//! * slot empty: keep;
+//! * slot empty, or `Up` with another creation (the node restarted), or `Up`
+//!   but closed: keep (the stale connection is closed with `Replaced`);
 //! * slot `Pending` (we are connecting to the same node): keep iff the
 //!   initiator's name is smaller than ours, and then take the slot;
-//! * slot `Up`: keep, and close the old connection with `Replaced`. It is
-//!   stale: the initiator got this far only because it has no live
-//!   connection to us (see below), so it closed or lost the old one, and
-//!   we have not seen that yet (a `disconnect` and a quick reconnect).
+//! * slot `Up` otherwise: duplicate, drop.
 //!
 //! The initiator registers `Pending` before it answers the acceptor's
-//! challenge, and yields (drops its attempt) if its slot is `Pending` or a
-//! live `Up` already. Hence when an acceptor keeps connection `c`, `c`'s
+//! challenge, and yields (drops its attempt) if the slot is `Pending` or
+//! `Up` already. Hence when an acceptor keeps connection `c`, `c`'s
 //! initiator held `Pending(c)` before the acceptor decided, and the two sides
 //! cannot each keep a different connection. The loser of the race waits for
 //! the winner to come up and `connect` returns it.
@@ -654,9 +652,11 @@ impl Inner {
             return Err(NetError::Shutdown);
         }
         match st.names.get(&hello.name) {
-            None | Some(Slot::Up(_)) => {}
+            None => {}
             Some(Slot::Pending(_)) if hello.name < self.me.name => {}
             Some(Slot::Pending(_)) => return Ok(None),
+            Some(Slot::Up(old)) if old.info.creation != hello.creation || old.is_closed() => {}
+            Some(Slot::Up(_)) => return Ok(None),
         }
         let conn = self.new_conn(hello, stream)?;
         let replaced = self.install(&mut st, &conn);
