@@ -678,10 +678,36 @@ impl Inner {
     }
 
     fn connect(self: &Arc<Self>, addr: SocketAddr) -> Result<PeerInfo, NetError> {
-        let timeout = self.cfg.connect_timeout;
-        let deadline = Instant::now() + timeout;
+        let deadline = Instant::now() + self.cfg.connect_timeout;
         if let Some(name) = self.find_addr(addr) {
             return self.wait_for_name(&name, deadline);
+        }
+        // A duplicate that never comes up is the acceptor's view of a
+        // connection we have closed and it has not seen close yet (a
+        // disconnect and a quick reconnect): try again, until the deadline.
+        let mut patience = Duration::from_millis(20);
+        loop {
+            match self.connect_once(addr, deadline, patience) {
+                Err(NetError::Duplicate) if Instant::now() < deadline => {
+                    patience = (patience * 2).min(Duration::from_millis(200));
+                }
+                r => return r,
+            }
+        }
+    }
+
+    /// One attempt of [`connect`](Self::connect); after a duplicate, waits
+    /// up to `patience` for the other connection to come up, then gives
+    /// `NetError::Duplicate`.
+    fn connect_once(
+        self: &Arc<Self>,
+        addr: SocketAddr,
+        deadline: Instant,
+        patience: Duration,
+    ) -> Result<PeerInfo, NetError> {
+        let timeout = deadline.saturating_duration_since(Instant::now());
+        if timeout.is_zero() {
+            return Err(NetError::Timeout);
         }
         if self.state.lock().closed {
             return Err(NetError::Shutdown);
@@ -697,7 +723,7 @@ impl Inner {
         stream.set_write_timeout(Some(timeout))?;
         let token = self.next_id();
         self.track(token, &stream)?;
-        let res = self.outbound_handshake(&mut stream, token, deadline);
+        let res = self.outbound_handshake(&mut stream, token, deadline, patience);
         self.untrack(token);
         if res.is_err() && self.state.lock().closed {
             return Err(NetError::Shutdown);
@@ -725,6 +751,7 @@ impl Inner {
         stream: &mut TcpStream,
         token: u64,
         deadline: Instant,
+        patience: Duration,
     ) -> Result<Connected, NetError> {
         let mut dec = Decoder::new(READ_BUF, MAX_HANDSHAKE_FRAME);
         let mut registered = None;
@@ -746,9 +773,11 @@ impl Inner {
                     "graft-net: already connected to {}; waiting for it",
                     hello.name
                 );
-                return self
-                    .wait_for_name(&hello.name, deadline)
-                    .map(Connected::Existing);
+                let until = deadline.min(Instant::now() + patience);
+                return match self.wait_for_name(&hello.name, until) {
+                    Err(NetError::Timeout) if until < deadline => Err(NetError::Duplicate),
+                    r => r.map(Connected::Existing),
+                };
             }
             Err(e) => Err(e),
         };

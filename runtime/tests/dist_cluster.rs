@@ -549,3 +549,30 @@ fn disconnect_completes_what_waited_on_both_sides_and_the_nodes_join_again() {
         .unwrap();
     assert_eq!(answer, Some(42));
 }
+#[test]
+fn a_disconnect_and_an_immediate_reconnect_leave_one_live_connection() {
+    let (a, b, b_id) = pair();
+    let a_id = a.id();
+    let echo = b
+        .spawn(|| loop {
+            let (from, n): (Pid, u64) = expect();
+            send(from, n + 1);
+        })
+        .unwrap();
+    for round in 0..20u64 {
+        assert!(a.disconnect(b_id), "round {round}: connected before");
+        // b may not have seen the old connection close yet (it answers
+        // "duplicate"): a's connect tries again until b has.
+        assert_eq!(a.connect(b.addr()).unwrap(), b_id, "round {round}");
+        eventually("both see each other", || {
+            a.nodes().contains(&b_id) && b.nodes().contains(&a_id)
+        });
+        let answer = a
+            .run(move || {
+                send(echo, (self_pid(), round));
+                expect_timeout::<u64>(Duration::from_secs(20))
+            })
+            .unwrap();
+        assert_eq!(answer, Some(round + 1), "round {round}");
+    }
+}
