@@ -36,6 +36,10 @@ pub enum NetError {
     /// maximum size, unknown flags, an unknown transport kind, a corrupt
     /// compressed payload.
     Protocol(String),
+    /// The [`Handler`](crate::Handler) panicked on a frame from this peer
+    /// (the message). The connection is closed, so that the peer's loss is
+    /// reported rather than its frames silently no longer read.
+    HandlerPanicked(String),
     /// [`send`](crate::Transport::send) was given a payload over the maximum
     /// frame size.
     FrameTooLarge {
@@ -76,6 +80,7 @@ impl fmt::Display for NetError {
             }
             NetError::Handshake(m) => write!(f, "handshake failed: {m}"),
             NetError::Protocol(m) => write!(f, "protocol error: {m}"),
+            NetError::HandlerPanicked(m) => write!(f, "the frame handler panicked: {m}"),
             NetError::FrameTooLarge { size, max } => {
                 write!(
                     f,

@@ -576,7 +576,19 @@ impl Inner {
     }
 
     fn run_reader(&self, conn: Arc<Conn>, mut stream: TcpStream, mut dec: Decoder) {
-        let reason = conn.read_loop(&mut stream, &mut dec, &*self.handler);
+        // The handler is the user's code: if it panics, the connection goes
+        // down as any other loss would (its thread would otherwise die with
+        // the connection still up and never read again).
+        let read =
+            std::panic::AssertUnwindSafe(|| conn.read_loop(&mut stream, &mut dec, &*self.handler));
+        let reason = std::panic::catch_unwind(read).unwrap_or_else(|p| {
+            let what = p
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| p.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic".into());
+            NetError::HandlerPanicked(what)
+        });
         conn.close(reason);
         self.report_down(&conn);
     }

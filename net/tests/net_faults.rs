@@ -227,3 +227,26 @@ fn raw_frames_from_the_node_reach_a_raw_client() {
     b.shutdown();
     assert_lifecycles(&ra.events());
 }
+
+#[test]
+fn a_handler_that_panics_takes_its_connection_down_not_its_thread() {
+    let (a, b, ra, rb) = setup();
+    let to_a = b.peers()[0].id;
+    b.send(to_a, PANIC_KIND, b"boom").unwrap();
+    // a's handler panicked on the frame: a reports the loss of b (instead
+    // of leaving a connection nobody reads), and b sees it closed.
+    ra.wait_for("a drops b", |ev| downs(ev).len() == 1);
+    let (peer, why) = ra.downs().remove(0);
+    assert_eq!(peer.name, "b");
+    assert!(
+        matches!(&why, NetError::HandlerPanicked(m) if m.contains("told to panic")),
+        "{why:?}"
+    );
+    rb.wait_for("b sees it", |ev| downs(ev).len() == 1);
+    // And they connect again.
+    b.connect(a.local_addr()).unwrap();
+    wait_until("a lists b again", || a.peers().len() == 1);
+    a.shutdown();
+    b.shutdown();
+    assert_lifecycles(&ra.events());
+}

@@ -796,7 +796,18 @@ fn remote_spawn(
             peer.name, peer.fingerprint, ours
         )));
     }
-    let f: MobileFnOnce<()> = graph::decode(body).map_err(Error::Decode)?;
+    // The environment's decoding is user code (a hand-written `Mobile`)
+    // running on this connection's reader thread: a panic in it is this
+    // request's failure, not the connection's.
+    let decoded = std::panic::catch_unwind(|| graph::decode::<MobileFnOnce<()>>(body));
+    let f = match decoded {
+        Ok(r) => r.map_err(Error::Decode)?,
+        Err(_) => {
+            return Err(Error::Remote(
+                "decoding the spawn body panicked on this node".into(),
+            ))
+        }
+    };
     let spec = SpawnSpec {
         link,
         ..SpawnSpec::default()

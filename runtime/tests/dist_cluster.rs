@@ -576,3 +576,41 @@ fn a_disconnect_and_an_immediate_reconnect_leave_one_live_connection() {
         assert_eq!(answer, Some(round + 1), "round {round}");
     }
 }
+
+/// A value whose hand-written decoding panics (user code run by the node
+/// that decodes it).
+struct Grenade;
+
+impl Mobile for Grenade {
+    fn describe(d: &mut graft::graph::Describer) {
+        if d.enter::<Self>("struct", "Grenade") {
+            d.leave();
+        }
+    }
+    fn encode<F: graft::graph::Format>(&self, _: &mut graft::graph::Encoder<'_, F>) {}
+    fn decode<S: graft::graph::Source>(
+        _: &mut graft::graph::Decoder<'_, S>,
+    ) -> Result<Self, graft::graph::DecodeError> {
+        panic!("grenade decoded")
+    }
+}
+
+#[test]
+fn a_spawn_whose_environment_panics_in_decoding_fails_alone() {
+    let (a, _b, b_id) = pair();
+    let r = a
+        .run(move || {
+            let bad = spawn_on(b_id, Grenade, |_| {});
+            // The connection is still there: the next spawn works.
+            let me = self_pid();
+            spawn_on(b_id, me, |me| send(me, 7u8)).unwrap();
+            (bad, expect_timeout::<u8>(Duration::from_secs(20)))
+        })
+        .unwrap();
+    assert!(
+        matches!(&r.0, Err(Error::Remote(m)) if m.contains("panicked")),
+        "{:?}",
+        r.0
+    );
+    assert_eq!(r.1, Some(7));
+}
