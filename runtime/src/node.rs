@@ -771,54 +771,76 @@ impl Node {
     }
 
     /// Stops every process and joins every thread the node started.
+    ///
+    /// Called from one of the node's own threads (a process of this node,
+    /// or a `blocking` call of one), it cannot wait for that thread: it
+    /// starts the shutdown on a thread of its own and returns at once, and
+    /// the calling process is stopped with the others.
     pub fn shutdown(&self) {
         if self.stopped.swap(true, Ordering::SeqCst) {
             return;
         }
-        let s = &self.shared;
-        s.stopping.store(true, Ordering::SeqCst);
-        // Leave the cluster first: to its peers this node is gone at once
-        // (their monitors and links see `NoConnection`), as when a node halts.
-        s.dist.shutdown();
-        for pid in s.table.pids() {
-            s.deliver(
-                pid,
-                Mail::Signal {
-                    from: pid,
-                    reason: ExitReason::Kill,
-                    link: false,
-                },
-            );
-        }
-        let deadline = Instant::now() + s.shutdown_timeout;
-        if !s.wait_all_exited(deadline) {
-            log::warn!(
-                "graft: {} processes did not exit at shutdown (a process that never yields \
-                 cannot be killed)",
-                s.live()
-            );
-        }
-        s.sched.stop();
-        s.timers.stop();
-        s.stacks.stop();
-        let _ = s.commands.send(NodeCommand::Stop);
         let threads = std::mem::take(&mut *self.threads.lock());
-        for t in threads {
-            let name = t.thread().name().unwrap_or("?").to_string();
-            if t.join().is_err() {
-                log::error!("graft: thread {name} panicked");
-            }
+        let me = std::thread::current().id();
+        let own = threads.iter().any(|t| t.thread().id() == me) || self.shared.blocking.owns(me);
+        if !own {
+            stop(&self.shared, threads);
+            return;
         }
-        s.blocking.stop();
-        // Whatever is left never ran to its end: unwind it here, now, while
-        // its stack pool lives (someone may still hold the entry itself).
-        for p in s.table.drain() {
-            p.forced_drop.store(true, Ordering::SeqCst);
-            // SAFETY: every worker has stopped: nothing resumes `p` any more.
-            drop(unsafe { p.coro_mut() }.take());
+        let shared = self.shared.clone();
+        let spawned = std::thread::Builder::new()
+            .name(format!("{}-shutdown", shared.name))
+            .spawn(move || stop(&shared, threads));
+        if let Err(e) = spawned {
+            log::error!("graft: cannot start the shutdown thread: {e}");
         }
-        log::info!("graft: node {} stopped", s.name);
     }
+}
+
+/// Stops every process of the node and joins `threads` (all it started),
+/// from a thread that is not one of them.
+fn stop(s: &NodeShared, threads: Vec<JoinHandle<()>>) {
+    s.stopping.store(true, Ordering::SeqCst);
+    // Leave the cluster first: to its peers this node is gone at once
+    // (their monitors and links see `NoConnection`), as when a node halts.
+    s.dist.shutdown();
+    for pid in s.table.pids() {
+        s.deliver(
+            pid,
+            Mail::Signal {
+                from: pid,
+                reason: ExitReason::Kill,
+                link: false,
+            },
+        );
+    }
+    let deadline = Instant::now() + s.shutdown_timeout;
+    if !s.wait_all_exited(deadline) {
+        log::warn!(
+            "graft: {} processes did not exit at shutdown (a process that never yields \
+             cannot be killed)",
+            s.live()
+        );
+    }
+    s.sched.stop();
+    s.timers.stop();
+    s.stacks.stop();
+    let _ = s.commands.send(NodeCommand::Stop);
+    for t in threads {
+        let name = t.thread().name().unwrap_or("?").to_string();
+        if t.join().is_err() {
+            log::error!("graft: thread {name} panicked");
+        }
+    }
+    s.blocking.stop();
+    // Whatever is left never ran to its end: unwind it here, now, while
+    // its stack pool lives (someone may still hold the entry itself).
+    for p in s.table.drain() {
+        p.forced_drop.store(true, Ordering::SeqCst);
+        // SAFETY: every worker has stopped: nothing resumes `p` any more.
+        drop(unsafe { p.coro_mut() }.take());
+    }
+    log::info!("graft: node {} stopped", s.name);
 }
 
 impl Drop for Node {

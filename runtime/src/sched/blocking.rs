@@ -64,6 +64,11 @@ impl BlockingPool {
         let _ = self.tx.send(Some(job));
     }
 
+    /// Whether thread `id` is one of the pool's.
+    pub(crate) fn owns(&self, id: std::thread::ThreadId) -> bool {
+        self.threads.lock().iter().any(|t| t.thread().id() == id)
+    }
+
     /// Stops every thread (after its current job) and joins them.
     pub(crate) fn stop(&self) {
         let threads = std::mem::take(&mut *self.threads.lock());
