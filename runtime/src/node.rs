@@ -375,13 +375,17 @@ impl NodeShared {
             self.registry.remove_if(&n, p.pid);
         }
         self.table.remove(p.pid.serial());
-        drop(p.mailbox.close());
+        let unread = p.mailbox.close();
         // SAFETY: the process has stopped running; nobody else uses `local`.
         let local = unsafe { p.local() };
-        // Free what the process held (mail, storage, its send cache); the
-        // rest goes with the entry.
-        local.saved = Default::default();
-        local.storage = None;
+        // What the process held (mail, storage, its send cache) goes now;
+        // the rest goes with the entry. Mail and storage are the user's
+        // values, dropped last (below).
+        let left = (
+            std::mem::take(&mut local.saved),
+            local.storage.take(),
+            unread,
+        );
         local.last_target = None;
         local.monitors = Default::default();
         if !reason.is_normal() {
@@ -412,6 +416,10 @@ impl NodeShared {
                 },
             );
         }
+        guarded(
+            || drop(left),
+            || format!("dropping what process {} left behind", p.pid),
+        );
         self.live_stripe()
             .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
         if self.stopping.load(Ordering::SeqCst) && self.live() == 0 {
@@ -794,6 +802,15 @@ impl Node {
         if let Err(e) = spawned {
             log::error!("graft: cannot start the shutdown thread: {e}");
         }
+    }
+}
+
+/// Runs `f` on a node thread where it may drop the user's values (a dead
+/// process's unread mail and storage, a timed message for a dead process):
+/// their `Drop` may run any code, even panic, and the thread must go on.
+pub(crate) fn guarded(f: impl FnOnce(), what: impl FnOnce() -> String) {
+    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).is_err() {
+        log::error!("graft: {} panicked", what());
     }
 }
 

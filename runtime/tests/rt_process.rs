@@ -191,3 +191,46 @@ rt_test! {
         send(child, ());
     }
 }
+
+/// A message whose drop panics.
+struct Bomb;
+
+impl Drop for Bomb {
+    fn drop(&mut self) {
+        panic!("bomb dropped");
+    }
+}
+
+impl graft::Message for Bomb {}
+
+#[test]
+fn values_left_behind_that_panic_when_dropped_do_not_take_node_threads_down() {
+    // One worker: if it died, nothing would run any more. A hang guard
+    // around the whole check, from a thread of our own.
+    let node = std::sync::Arc::new(common::node(1));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let runner = node.clone();
+    std::thread::spawn(move || {
+        let r = runner.run(|| {
+            // Unread mail: dropped when the process ends.
+            let (child, m) = spawn_monitor(|| {
+                expect::<u8>();
+            });
+            send(child, Bomb);
+            send(child, 1u8);
+            let d: ProcessDied = expect();
+            assert_eq!((d.monitor, d.reason), (m, ExitReason::Normal));
+            // A timed message for a dead process: dropped by the timer.
+            send_after(Duration::from_millis(1), child, Bomb);
+            sleep(Duration::from_millis(20));
+            // The worker and the timer still run.
+            let me = self_pid();
+            spawn(move || send(me, 2u8));
+            expect_timeout::<u8>(Duration::from_secs(5))
+        });
+        let _ = tx.send(r);
+    });
+    let r = rx.recv_timeout(Duration::from_secs(20));
+    assert!(matches!(r, Ok(Ok(Some(2)))), "{r:?}");
+    node.shutdown();
+}

@@ -118,7 +118,11 @@ impl Timers {
                 for a in due.drain(..) {
                     match a {
                         Action::Wake(pid) => node.wake_pid(pid),
-                        Action::Deliver(pid, mail) => node.deliver(pid, mail),
+                        // To a dead process, the message is dropped here.
+                        Action::Deliver(pid, mail) => crate::node::guarded(
+                            || node.deliver(pid, mail),
+                            || format!("delivering a timed message to {pid}"),
+                        ),
                     }
                 }
                 s = self.state.lock();
