@@ -142,7 +142,7 @@ impl NetConfig {
 
     /// The time after which a silent peer is declared dead.
     pub fn dead_after(&self) -> Duration {
-        self.heartbeat * self.heartbeat_misses
+        self.heartbeat.saturating_mul(self.heartbeat_misses)
     }
 
     pub(crate) fn heartbeat_ms(&self) -> u32 {
@@ -162,11 +162,17 @@ impl NetConfig {
         if self.max_frame == 0 || self.max_frame > u32::MAX as usize {
             return bad("max_frame must be between 1 and u32::MAX");
         }
-        if self.heartbeat.is_zero() || self.heartbeat_misses == 0 {
-            return bad("heartbeat tick and misses must be non-zero");
+        // Bounded so that every deadline made from them is a real instant
+        // (and half a tick, a socket read timeout, is not zero).
+        const DAY: Duration = Duration::from_secs(86_400);
+        if self.heartbeat < Duration::from_millis(2) || self.heartbeat > DAY {
+            return bad("heartbeat tick must be between 2 ms and a day");
         }
-        if self.connect_timeout.is_zero() {
-            return bad("connect_timeout must be non-zero");
+        if self.heartbeat_misses == 0 || self.heartbeat_misses > 1000 {
+            return bad("heartbeat misses must be between 1 and 1000");
+        }
+        if self.connect_timeout.is_zero() || self.connect_timeout > DAY {
+            return bad("connect_timeout must be non-zero and at most a day");
         }
         Ok(())
     }

@@ -94,8 +94,9 @@ impl RawClient {
     /// [`NetError::Closed`] when the other side closed the connection, a
     /// protocol error for a malformed frame, or an I/O error.
     pub fn recv_frame(&mut self, timeout: Duration) -> Result<Option<(u8, u8, Vec<u8>)>, NetError> {
-        self.dec
-            .recv_until(&mut self.stream, Instant::now() + timeout)
+        // A timeout too long for the clock is a day: as good as forever.
+        let deadline = Instant::now() + timeout.min(Duration::from_secs(86_400));
+        self.dec.recv_until(&mut self.stream, deadline)
     }
 
     /// The underlying socket.

@@ -489,7 +489,8 @@ impl Inner {
     /// Silence after which a peer is dead: our window, or as many of the
     /// peer's (announced) ticks if those are longer.
     fn dead_after(&self, hello: &Hello) -> Duration {
-        let theirs = Duration::from_millis(hello.heartbeat_ms.into()) * self.cfg.heartbeat_misses;
+        let theirs = Duration::from_millis(hello.heartbeat_ms.into())
+            .saturating_mul(self.cfg.heartbeat_misses);
         self.cfg.dead_after().max(theirs)
     }
 

@@ -996,7 +996,11 @@ fn stop_all(targets: &[(Pid, Shutdown, &str)]) {
             )
         };
         let reason = match p.policy {
-            Shutdown::Timeout(t) => match down().deadline(started + t) {
+            // A timeout too long for the clock (`Duration::MAX`) is forever.
+            Shutdown::Timeout(t) => match started
+                .checked_add(t)
+                .map_or_else(|| Some(down().wait()), |at| down().deadline(at))
+            {
                 Some(r) => r,
                 None => {
                     log::warn!(

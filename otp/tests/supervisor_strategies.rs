@@ -357,6 +357,18 @@ otp_test! {
         shut_down(sup);
     }
 
+    fn a_forever_shutdown_timeout_waits_for_the_child() {
+        trap_exits(true);
+        let sup = Supervisor::new(Strategy::OneForOne)
+            .child(probe("p").shutdown(Shutdown::Timeout(Duration::MAX)))
+            .start()
+            .unwrap();
+        assert_eq!(ev(), Started("p"));
+        supervisor::terminate_child(sup, "p").unwrap();
+        assert_eq!(ev(), Stopped("p", SHUT));
+        shut_down(sup);
+    }
+
     fn child_management_calls() {
         trap_exits(true);
         let sup = Supervisor::new(Strategy::OneForOne).child(probe("a")).start().unwrap();

@@ -634,7 +634,7 @@ pub fn yield_now() {
 /// signals still reach it.
 pub fn sleep(d: Duration) {
     let me = current("sleep");
-    let until = Instant::now() + d;
+    let until = crate::sched::timer::deadline_after(d);
     let t = node().add_timer(until, Action::Wake(me.pid));
     loop {
         if me.has_signal.load(Ordering::Acquire) {
@@ -663,7 +663,10 @@ pub fn send_after<M: Message>(d: Duration, to: Pid, msg: M) -> TimerRef {
     // A local-only message for another node is refused now (logged): the
     // timer then delivers nothing.
     let mail = n.mail_for(to, msg).unwrap_or(Mail::Dropped);
-    n.add_timer(Instant::now() + d, Action::Deliver(to, mail))
+    n.add_timer(
+        crate::sched::timer::deadline_after(d),
+        Action::Deliver(to, mail),
+    )
 }
 
 /// Cancels a [`send_after`]; `false` if it already fired.

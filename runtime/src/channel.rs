@@ -484,7 +484,7 @@ impl<T> SendPort<T> {
     ///
     /// [`SendTimeoutError`] with the message.
     pub fn send_timeout(&self, msg: T, timeout: Duration) -> Result<(), SendTimeoutError<T>> {
-        self.send_deadline(msg, Instant::now() + timeout)
+        self.send_deadline(msg, crate::sched::timer::deadline_after(timeout))
     }
 
     /// Like [`send`](SendPort::send), waiting until `deadline` at most.
@@ -616,7 +616,8 @@ impl<T> ReceivePort<T> {
     ///
     /// [`RecvTimeoutError`].
     pub fn recv_timeout(&self, timeout: Duration) -> Result<T, RecvTimeoutError> {
-        self.chan.recv_until(Some(Instant::now() + timeout))
+        self.chan
+            .recv_until(Some(crate::sched::timer::deadline_after(timeout)))
     }
 
     /// Like [`recv`](ReceivePort::recv), waiting until `deadline` at most.

@@ -163,7 +163,7 @@ mod tests {
     #[test]
     fn a_body_runs_on_the_first_resume_and_an_unstarted_one_is_only_dropped() {
         let pool = StackPool::new(0);
-        let size = round_size(64 * 1024);
+        let size = round_size(64 * 1024).unwrap();
         let (ran, dropped) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
 
         // Dropped before any resume: the body never runs, what it captured

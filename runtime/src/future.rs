@@ -134,7 +134,7 @@ impl<T> Future<T> {
     ///
     /// [`WaitTimeoutError::Timeout`] or [`WaitTimeoutError::PromiseDropped`].
     pub fn wait_timeout(&self, timeout: Duration) -> Result<&T, WaitTimeoutError> {
-        self.wait_until(Some(Instant::now() + timeout))
+        self.wait_until(Some(crate::sched::timer::deadline_after(timeout)))
     }
 
     /// Like [`wait`](Future::wait), waiting until `deadline` at most.

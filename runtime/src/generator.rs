@@ -174,7 +174,7 @@ impl<Y: 'static, R: 'static> Generator<Y, R> {
     where
         F: FnOnce(Yielder<'_, Y>) -> R + 'static,
     {
-        let size = round_size(bytes);
+        let size = round_size(bytes).ok_or_else(|| crate::stack::too_big(bytes))?;
         let stack = take_stack(size)?;
         let coro = Coroutine::with_stack(stack, move |y: &corosensei::Yielder<(), Y>, ()| {
             body(Yielder { inner: y })

@@ -211,10 +211,10 @@ impl NodeShared {
         if self.stopping.load(Ordering::Relaxed) {
             return Err(Error::NodeDown);
         }
-        let size = stack::round_size(spec.stack_size.unwrap_or(self.stack_size));
-        let stack = self
-            .stacks
-            .get(size)
+        let requested = spec.stack_size.unwrap_or(self.stack_size);
+        let stack = stack::round_size(requested)
+            .ok_or_else(|| stack::too_big(requested))
+            .and_then(|size| self.stacks.get(size))
             .map_err(|e| Error::Resource(format!("process stack: {e}")))?;
         let worker = context::worker().filter(|w| std::ptr::eq(&*w.node, self));
         let serial = match worker {
@@ -528,6 +528,8 @@ impl Node {
             );
         }
         let _ = stack::ensure_map_count(config.max_processes);
+        let default_stack = stack::round_size(config.stack_size)
+            .ok_or_else(|| stack::too_big(config.stack_size))?;
         let addr: SocketAddr = config.listen.parse().map_err(|e| {
             Error::Io(std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,
@@ -553,7 +555,7 @@ impl Node {
             table: ProcessTable::new(),
             registry: Registry::default(),
             sched: Scheduler::new(stealers),
-            stacks: StackPool::new(stack::round_size(config.stack_size)),
+            stacks: StackPool::new(default_stack),
             timers: Timers::default(),
             blocking: BlockingPool::new("graft"),
             commands: tx,
@@ -831,7 +833,7 @@ fn stop(s: &NodeShared, threads: Vec<JoinHandle<()>>) {
             },
         );
     }
-    let deadline = Instant::now() + s.shutdown_timeout;
+    let deadline = crate::sched::timer::deadline_after(s.shutdown_timeout);
     if !s.wait_all_exited(deadline) {
         log::warn!(
             "graft: {} processes did not exit at shutdown (a process that never yields \

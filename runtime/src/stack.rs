@@ -65,10 +65,25 @@ fn page_size() -> usize {
     })
 }
 
-/// Rounds a requested stack size up to whole pages (at least 16 KiB).
-pub(crate) fn round_size(requested: usize) -> usize {
+/// The largest stack a process or a generator may ask for.
+pub(crate) const MAX_STACK: usize = 1 << 30;
+
+/// Rounds a requested stack size up to whole pages (at least 16 KiB);
+/// `None` above [`MAX_STACK`].
+pub(crate) fn round_size(requested: usize) -> Option<usize> {
+    if requested > MAX_STACK {
+        return None;
+    }
     let page = page_size();
-    requested.max(16 * 1024).div_ceil(page) * page
+    Some(requested.max(16 * 1024).div_ceil(page) * page)
+}
+
+/// The error for a stack size over [`MAX_STACK`].
+pub(crate) fn too_big(requested: usize) -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::InvalidInput,
+        format!("a stack of {requested} bytes (at most {MAX_STACK})"),
+    )
 }
 
 /// One mmap'd region holding several stacks; unmapped when its pool is
@@ -599,7 +614,7 @@ mod tests {
 
     #[test]
     fn stacks_are_reused_and_writable() {
-        let size = round_size(64 * 1024);
+        let size = round_size(64 * 1024).unwrap();
         let pool = StackPool::new(0);
         let s = pool.get(size).unwrap();
         let top = s.top;

@@ -50,7 +50,11 @@ pub fn select_timeout<T>(
     ports: &[&ReceivePort<T>],
     timeout: Duration,
 ) -> Result<(usize, T), RecvTimeoutError> {
-    select_inner(ports, next_start(), Some(Instant::now() + timeout))
+    select_inner(
+        ports,
+        next_start(),
+        Some(crate::sched::timer::deadline_after(timeout)),
+    )
 }
 
 /// A rotating start index per thread (any rotation is fair over time).
@@ -181,7 +185,7 @@ impl<T> MergedPorts<T> {
     ///
     /// [`RecvTimeoutError`].
     pub fn recv_timeout(&self, timeout: Duration) -> Result<T, RecvTimeoutError> {
-        self.recv_inner(Some(Instant::now() + timeout))
+        self.recv_inner(Some(crate::sched::timer::deadline_after(timeout)))
     }
 
     /// A message from any port if one is queued.

@@ -238,7 +238,7 @@ impl<R, C: Clauses<R>> Receive<R, C> {
 
     /// Waits at most `d`; `None` if nothing matched by then.
     pub fn timeout(self, d: Duration) -> Option<R> {
-        receive_until(self.clauses, Some(Instant::now() + d))
+        receive_until(self.clauses, Some(crate::sched::timer::deadline_after(d)))
     }
 
     /// Waits until `deadline`; `None` if nothing matched by then.

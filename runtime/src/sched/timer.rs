@@ -19,6 +19,13 @@ use std::time::{Duration, Instant};
 /// How often the monitor looks for workers stuck on one process.
 const MONITOR_TICK: Duration = Duration::from_millis(10);
 
+/// The instant `d` from now. A `d` too long for the clock (`Duration::MAX`
+/// meaning "forever") saturates about 136 years out, which is never.
+pub(crate) fn deadline_after(d: Duration) -> Instant {
+    const FOREVER: Duration = Duration::from_secs(1 << 32);
+    Instant::now() + d.min(FOREVER)
+}
+
 /// What a timer does when it fires.
 pub(crate) enum Action {
     /// Wake a parked process (it re-checks its own deadline).
