@@ -232,7 +232,7 @@ fn raw_frames_from_the_node_reach_a_raw_client() {
 fn a_handler_that_panics_takes_its_connection_down_not_its_thread() {
     let (a, b, ra, rb) = setup();
     let to_a = b.peers()[0].id;
-    b.send(to_a, PANIC_KIND, b"boom").unwrap();
+    b.send(to_a, 30, PANIC_PAYLOAD).unwrap();
     // a's handler panicked on the frame: a reports the loss of b (instead
     // of leaving a connection nobody reads), and b sees it closed.
     ra.wait_for("a drops b", |ev| downs(ev).len() == 1);

@@ -129,16 +129,16 @@ fn summary(ev: &[Event]) -> Vec<String> {
     out
 }
 
-/// A frame of this kind makes the [`Recorder`] panic (as a user's handler
-/// might).
-pub const PANIC_KIND: u8 = 99;
+/// A frame with this payload makes the [`Recorder`] panic (as a user's
+/// handler might).
+pub const PANIC_PAYLOAD: &[u8] = b"graft-net test: panic in the handler";
 
 impl Handler for Recorder {
     fn peer_up(&self, peer: &PeerInfo) {
         self.push(Event::Up(peer.clone()));
     }
     fn frame(&self, peer: &PeerInfo, kind: u8, payload: Vec<u8>) {
-        assert_ne!(kind, PANIC_KIND, "told to panic");
+        assert_ne!(payload.as_slice(), PANIC_PAYLOAD, "told to panic");
         self.push(Event::Frame(peer.id, kind, payload));
     }
     fn peer_down(&self, peer: &PeerInfo, reason: &NetError) {
