@@ -449,7 +449,7 @@ pub fn demonitor(r: MonitorRef) {
     let n = node();
     if !n.is_local(target) {
         n.dist.demonitor(target, r);
-    } else {
+    } else if n.is_ours(target) {
         n.table.with(target.serial(), |t| {
             t.meta.lock().watchers.retain(|(wr, _)| *wr != r);
         });
@@ -517,7 +517,7 @@ pub fn unlink(pid: Pid) {
     let n = node();
     if !n.is_local(pid) {
         n.dist.unlink(me.pid, pid);
-    } else {
+    } else if n.is_ours(pid) {
         n.table.with(pid.serial(), |t| {
             t.meta.lock().links.retain(|p| *p != me.pid);
         });
@@ -762,7 +762,8 @@ pub struct ProcessInfo {
 /// ```
 pub fn process_info(pid: Pid) -> Option<ProcessInfo> {
     let n = &context::worker()?.node;
-    if !n.is_local(pid) {
+    // Another node's, or an earlier incarnation's of this node (dead).
+    if !n.is_ours(pid) {
         return None;
     }
     n.table.with(pid.serial(), |p| {

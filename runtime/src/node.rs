@@ -199,7 +199,7 @@ impl NodeShared {
     /// A pid of this node's current incarnation (one of an earlier
     /// incarnation names a process that is dead).
     #[inline]
-    fn is_ours(&self, pid: Pid) -> bool {
+    pub(crate) fn is_ours(&self, pid: Pid) -> bool {
         self.is_local(pid) && pid.creation() == self.creation
     }
 

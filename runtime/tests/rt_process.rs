@@ -188,6 +188,11 @@ rt_test! {
         let mine = process_info(self_pid()).unwrap();
         assert_eq!(mine.registered_name.as_deref(), Some("info_me"));
         assert!(processes().contains(&child));
+        // The same serial in an earlier incarnation of this node is dead.
+        let old = Pid::new(child.node(), child.creation().wrapping_add(1), child.serial());
+        assert!(process_info(old).is_none());
+        unlink(old);
+        assert_eq!(process_info(child).unwrap().links, vec![self_pid()]);
         send(child, ());
     }
 }
