@@ -868,6 +868,20 @@ impl Drop for Node {
     }
 }
 
+/// Connects to a node a peer told us of, unless connected already.
+fn join_mesh(node: &NodeShared, addr: SocketAddr) {
+    let known = node
+        .dist
+        .nodes()
+        .into_iter()
+        .any(|n| node.dist.peer_info(n).is_some_and(|(_, a)| a == addr));
+    if !known && !node.stopping.load(Ordering::Relaxed) {
+        if let Err(e) = connect_transport(node, addr) {
+            log::warn!("graft: {} cannot join {addr}: {e}", node.name);
+        }
+    }
+}
+
 /// The node loop: drains the command queue.
 fn node_loop(node: &Arc<NodeShared>, rx: Receiver<NodeCommand>) {
     while let Ok(cmd) = rx.recv() {
@@ -875,16 +889,15 @@ fn node_loop(node: &Arc<NodeShared>, rx: Receiver<NodeCommand>) {
             NodeCommand::Stop => return,
             NodeCommand::PeerDown { node: id, peer } => dist::node_lost(node, id, peer),
             NodeCommand::Connect(addr) => {
-                let known = node
-                    .dist
-                    .nodes()
-                    .into_iter()
-                    .any(|n| node.dist.peer_info(n).is_some_and(|(_, a)| a == addr));
-                if !known && !node.stopping.load(Ordering::Relaxed) {
-                    if let Err(e) = connect_transport(node, addr) {
-                        log::warn!("graft: {} cannot join {addr}: {e}", node.name);
+                // Off the loop: a connect can wait its whole timeout (an
+                // address that never answers), and lost peers must not
+                // wait behind it.
+                let weak = Arc::downgrade(node);
+                node.blocking.submit(Box::new(move || {
+                    if let Some(node) = weak.upgrade() {
+                        join_mesh(&node, addr);
                     }
-                }
+                }));
             }
         }
     }
@@ -942,4 +955,47 @@ fn install_panic_hook() {
             None => previous(info),
         }));
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+    use std::net::TcpListener;
+
+    #[test]
+    fn a_mesh_connect_that_hangs_does_not_hold_up_the_node_loop() {
+        let config = || NodeConfig::new("127.0.0.1:0").cookie("mesh-test");
+        let a = Node::start(config()).unwrap();
+        let b = Node::start(config()).unwrap();
+        // Accepts, then says nothing: a's handshake with it waits for its
+        // whole timeout.
+        let silent = TcpListener::bind("127.0.0.1:0").unwrap();
+        let to_silent = NodeCommand::Connect(silent.local_addr().unwrap());
+        a.shared.commands.send(to_silent).unwrap();
+        let (mut held, _) = silent.accept().unwrap();
+        // A peer tells of b meanwhile.
+        a.shared
+            .commands
+            .send(NodeCommand::Connect(b.addr()))
+            .unwrap();
+        let t = Instant::now();
+        while !a.nodes().contains(&b.id()) {
+            assert!(t.elapsed() < Duration::from_secs(20), "b never joined");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // a still waits on the silent address: b did not wait behind it.
+        held.set_nonblocking(true).unwrap();
+        let mut buf = [0u8; 512];
+        loop {
+            match held.read(&mut buf) {
+                Ok(0) => panic!("a gave up on the silent address before b joined"),
+                Ok(_) => continue,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) => panic!("{e}"),
+            }
+        }
+        a.shutdown();
+        b.shutdown();
+    }
 }
