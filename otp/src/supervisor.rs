@@ -39,8 +39,8 @@
 use crate::gen_server::{self, guarded, CallError, CallResult, Flow, GenServer, ReplyTo};
 use crate::gen_server::{Server, StartError};
 use graft::{
-    exit, link, monitor, receive, self_pid, trap_exits, unlink, ExitReason, ExitSignal, MonitorRef,
-    Pid, ProcessDied, Unknown,
+    exit, link, monitor, receive, self_pid, trap_exits, unlink, yield_now, ExitReason, ExitSignal,
+    MonitorRef, Pid, ProcessDied, Unknown,
 };
 use std::collections::VecDeque;
 use std::fmt;
@@ -392,6 +392,7 @@ impl Supervisor {
                 .map(|spec| Child { spec, pid: None })
                 .collect(),
             restarts: VecDeque::new(),
+            waiting: Vec::new(),
             dynamic: false,
         };
         let started = match &self.name {
@@ -516,6 +517,7 @@ impl<A: Clone + Send + Sync + 'static> DynamicSupervisor<A> {
             period: self.period,
             children: Vec::new(),
             restarts: VecDeque::new(),
+            waiting: Vec::new(),
             dynamic: true,
         };
         let started = match &self.name {
@@ -609,6 +611,10 @@ struct SupState {
     children: Vec<Child>,
     /// Times of the restarts within the last `period`.
     restarts: VecDeque<Instant>,
+    /// Children (by id, in start order) still to restart after a restart
+    /// failed: tried again from the loop, on a [`TryAgain`] message, so that
+    /// calls and exits are handled in between (OTP's `try_again_restart`).
+    waiting: Vec<String>,
     /// `simple_one_for_one`: anonymous children, stopped all at once.
     dynamic: bool,
 }
@@ -639,6 +645,11 @@ enum SupReply {
 // Supervisor requests carry start functions (closures): local-only.
 impl graft::Message for SupCall {}
 impl graft::Message for SupReply {}
+
+/// A supervisor's note to itself: try the waiting restarts again.
+#[derive(Debug)]
+struct TryAgain;
+impl graft::Message for TryAgain {}
 
 impl SupState {
     fn find(&self, id: &str) -> Option<usize> {
@@ -744,29 +755,42 @@ impl SupState {
             }
         }
         for (j, marked) in marks.into_iter().enumerate() {
-            if !marked {
-                continue;
+            let id = &self.children[j].spec.id;
+            if marked && !self.waiting.contains(id) {
+                self.waiting.push(id.clone());
             }
-            loop {
-                match self.start_at(j) {
-                    Ok(pid) => {
-                        log::info!(
-                            "supervisor {}: restarted child {:?} as {pid}",
-                            self_pid(),
-                            self.children[j].spec.id
-                        );
-                        break;
+        }
+        self.start_waiting()
+    }
+
+    /// Starts the waiting children in order. After a failed start (counted
+    /// against the intensity) the rest waits for a [`TryAgain`] sent to
+    /// ourselves, so that the loop runs in between.
+    fn start_waiting(&mut self) -> Flow {
+        while let Some(id) = self.waiting.first().cloned() {
+            let j = match self.find(&id) {
+                Some(j) if self.children[j].pid.is_none() => j,
+                // Deleted, or started meanwhile (`restart_child`).
+                _ => {
+                    self.waiting.remove(0);
+                    continue;
+                }
+            };
+            match self.start_at(j) {
+                Ok(pid) => {
+                    log::info!("supervisor {}: restarted child {id:?} as {pid}", self_pid());
+                    self.waiting.remove(0);
+                }
+                Err(e) => {
+                    log::error!(
+                        "supervisor {}: restarting child {id:?} failed: {e}",
+                        self_pid()
+                    );
+                    if self.restart_exceeds_intensity() {
+                        return self.give_up();
                     }
-                    Err(e) => {
-                        log::error!(
-                            "supervisor {}: restarting child {:?} failed: {e}",
-                            self_pid(),
-                            self.children[j].spec.id
-                        );
-                        if self.restart_exceeds_intensity() {
-                            return self.give_up();
-                        }
-                    }
+                    graft::send(self_pid(), TryAgain);
+                    return Flow::Continue;
                 }
             }
         }
@@ -934,10 +958,18 @@ impl GenServer for SupState {
                     Flow::Continue
                 }
             },
-            Err(other) => {
-                log::warn!("supervisor {}: unexpected message {other:?}", self_pid());
-                Flow::Continue
-            }
+            Err(other) => match other.downcast::<TryAgain>() {
+                Ok(TryAgain) => {
+                    // A process is not preempted: without a yield, a start
+                    // that keeps failing would hold its worker for good.
+                    yield_now();
+                    self.start_waiting()
+                }
+                Err(other) => {
+                    log::warn!("supervisor {}: unexpected message {other:?}", self_pid());
+                    Flow::Continue
+                }
+            },
         }
     }
 

@@ -357,6 +357,39 @@ otp_test! {
         shut_down(sup);
     }
 
+    fn a_failing_restart_is_tried_again_while_the_supervisor_answers() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::Arc;
+        trap_exits(true);
+        // Starts while `ok` holds, fails while it does not.
+        let ok = Arc::new(AtomicBool::new(true));
+        let gate = ok.clone();
+        let flaky = ChildSpec::new("flaky", move || {
+            if gate.load(Ordering::SeqCst) {
+                Ok(spawn_link(|| {
+                    expect::<()>();
+                }))
+            } else {
+                Err(StartError::Init(ExitReason::Other("not yet".into())))
+            }
+        });
+        let sup = Supervisor::new(Strategy::OneForOne)
+            .intensity(u32::MAX, Duration::from_secs(1))
+            .child(flaky)
+            .start()
+            .unwrap();
+        let first = supervisor::get_child(sup, "flaky").unwrap();
+        ok.store(false, Ordering::SeqCst);
+        exit(first, ExitReason::Kill);
+        // Its restarts fail again and again; the supervisor still answers.
+        wait_until("the child is down", || supervisor::get_child(sup, "flaky").is_none());
+        assert_eq!(supervisor::count_children(sup).unwrap().active, 0);
+        ok.store(true, Ordering::SeqCst);
+        wait_until("the child is back", || supervisor::get_child(sup, "flaky").is_some());
+        assert_ne!(supervisor::get_child(sup, "flaky"), Some(first));
+        shut_down(sup);
+    }
+
     fn a_forever_shutdown_timeout_waits_for_the_child() {
         trap_exits(true);
         let sup = Supervisor::new(Strategy::OneForOne)
