@@ -701,7 +701,16 @@ impl<S: GenServer> Server<S> {
     ///
     /// [`CallError::NoProc`] if it was not alive; [`CallError::ServerDied`]
     /// if it ended with another reason (e.g. `terminate` panicked).
+    ///
+    /// # Panics
+    ///
+    /// When a server stops itself this way (it would wait for itself; OTP
+    /// exits with `calling_self`): return [`Flow::Stop`] instead.
     pub fn stop(&self, reason: ExitReason) -> Result<(), CallError> {
+        let me = self_pid();
+        if me == self.pid {
+            calling_self(me);
+        }
         let m = monitor(self.pid);
         if self.pid.node() != graft::this_node() {
             send(self.pid, RemoteRequest::Stop(reason.clone()));

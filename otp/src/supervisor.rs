@@ -1163,6 +1163,29 @@ pub fn get_child(sup: Pid, id: &str) -> Option<Pid> {
     }
 }
 
+/// Stops a supervisor as its parent's exit would (OTP's
+/// `gen_server:stop(Sup)`): its children stop in reverse start order, then
+/// it ends with `reason`. Waits until it has ended.
+///
+/// # Errors
+///
+/// [`CallError::NoProc`] if `sup` was not alive.
+///
+/// ```
+/// use graft_otp::prelude::*;
+///
+/// let node = Node::start(NodeConfig::new("127.0.0.1:0")).unwrap();
+/// node.run(|| {
+///     let sup = Supervisor::new(Strategy::OneForOne).start().unwrap();
+///     supervisor::stop(sup, ExitReason::Normal).unwrap();
+///     assert!(!is_alive(sup));
+/// })
+/// .unwrap();
+/// ```
+pub fn stop(sup: Pid, reason: ExitReason) -> Result<(), CallError> {
+    Server::<SupState>::from_pid(sup).stop(reason)
+}
+
 /// How many children, running, of each kind.
 ///
 /// # Errors

@@ -24,6 +24,8 @@ enum Do {
     Block,
     /// Exit the process with a reason (no panic).
     ExitWith(ExitReason),
+    /// `Server::stop` on itself.
+    StopSelf,
 }
 
 impl graft::Message for Do {}
@@ -50,6 +52,10 @@ impl GenServer for Faulty {
                 CallResult::Reply(0)
             }
             Do::ExitWith(r) => exit_self(r),
+            Do::StopSelf => {
+                let _ = Server::<Faulty>::from_pid(self_pid()).stop(ExitReason::Normal);
+                CallResult::Reply(0)
+            }
         }
     }
 
@@ -172,6 +178,18 @@ otp_test! {
         let r: Result<u32, CallError> = expect_timeout(HANG).unwrap();
         assert_eq!(r, Err(CallError::ServerDied(ExitReason::Killed)));
         assert_eq!(take_exit_signal(s.pid()), ExitReason::Killed);
+    }
+
+    fn a_server_stopping_itself_is_calling_self_not_a_hang() {
+        trap_exits(true);
+        let s = faulty();
+        let r = s.call(Do::StopSelf);
+        assert!(
+            matches!(&r, Err(CallError::ServerDied(ExitReason::Other(m))) if m.contains("calling_self")),
+            "{r:?}"
+        );
+        let _ = take_exit_signal(s.pid());
+        let _ = terminated();
     }
 
     fn server_exiting_mid_call_is_server_died() {

@@ -390,6 +390,23 @@ otp_test! {
         shut_down(sup);
     }
 
+    fn stop_from_any_process_stops_the_children_in_reverse_order() {
+        trap_exits(true);
+        let sup = Supervisor::new(Strategy::OneForOne)
+            .child(probe("a"))
+            .child(probe("b"))
+            .start()
+            .unwrap();
+        assert_eq!(evs(2), [Started("a"), Started("b")]);
+        // Not its parent: a process of its own stops it.
+        let me = self_pid();
+        spawn(move || send(me, supervisor::stop(sup, ExitReason::Shutdown)));
+        assert_eq!(expect_timeout::<Result<(), CallError>>(HANG), Some(Ok(())));
+        assert_eq!(evs(2), [Stopped("b", SHUT), Stopped("a", SHUT)]);
+        assert!(!is_alive(sup));
+        assert_eq!(supervisor::stop(sup, ExitReason::Shutdown), Err(CallError::NoProc));
+    }
+
     fn a_forever_shutdown_timeout_waits_for_the_child() {
         trap_exits(true);
         let sup = Supervisor::new(Strategy::OneForOne)
