@@ -59,7 +59,12 @@ fn a_node_stops_when_shut_down_from_its_own_process_or_dropped_there() {
     // `shutdown` called by a process of the node: it returns, the node
     // stops, and the caller is stopped with the rest.
     let n = node();
-    assert_eq!(workers(), 2);
+    // (A thread names itself once it runs.)
+    let t = Instant::now();
+    while workers() < 2 {
+        assert!(t.elapsed() < Duration::from_secs(20), "workers never started");
+        std::thread::sleep(Duration::from_millis(1));
+    }
     let handle = n.clone();
     n.spawn(move || {
         handle.shutdown();
