@@ -62,7 +62,10 @@ fn a_node_stops_when_shut_down_from_its_own_process_or_dropped_there() {
     // (A thread names itself once it runs.)
     let t = Instant::now();
     while workers() < 2 {
-        assert!(t.elapsed() < Duration::from_secs(20), "workers never started");
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "workers never started"
+        );
         std::thread::sleep(Duration::from_millis(1));
     }
     let handle = n.clone();
