@@ -1030,14 +1030,19 @@ pub fn run<S: GenServer>(mut server: S) -> ExitReason {
     }
 }
 
-/// Runs `f`, turning a panic into `Err(Other(message))`. Unwinds that are not
-/// panics with a message (the runtime ending the process on an exit signal,
-/// or node shutdown) pass through untouched.
+/// Runs `f`, turning a panic into `Err(Other(message))` and the process
+/// ending itself into `Err(its reason)`. Other unwinds (the runtime ending
+/// the process on an exit signal, or node shutdown) pass through untouched.
 pub(crate) fn guarded<R>(f: impl FnOnce() -> R) -> Result<R, ExitReason> {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(r) => Ok(r),
         Err(payload) => {
-            if let Some(s) = payload.downcast_ref::<&str>() {
+            // The process ending itself (`exit_self`) is caught as in OTP,
+            // where `exit/1` in a callback still runs `terminate`; an exit
+            // signal acted on goes on unwinding.
+            if let Some(reason) = graft::self_exit_reason(&*payload) {
+                Err(reason)
+            } else if let Some(s) = payload.downcast_ref::<&str>() {
                 Err(ExitReason::Other((*s).to_string()))
             } else if let Some(s) = payload.downcast_ref::<String>() {
                 Err(ExitReason::Other(s.clone()))

@@ -197,9 +197,9 @@ otp_test! {
         let s = faulty();
         let r = s.call(Do::ExitWith(ExitReason::Other("gone".into())));
         assert_eq!(r, Err(CallError::ServerDied(ExitReason::Other("gone".into()))));
-        // exit_self is not a panic: terminate does not run (as OTP's exit/1).
+        // As OTP's exit/1 inside a callback: terminate runs, with that reason.
+        assert_eq!(terminated(), ExitReason::Other("gone".into()));
         assert_eq!(take_exit_signal(s.pid()), ExitReason::Other("gone".into()));
-        assert_eq!(expect_timeout::<Terminated>(Duration::from_millis(20)), None);
     }
 
     fn init_failure_and_init_panic_are_start_errors() {

@@ -90,7 +90,32 @@ pub(crate) fn on_worker_stack<R: Send>(f: impl FnOnce() -> R + Send) -> R {
 
 /// Ends the running process with `reason` (unwinding its stack).
 fn exit_now(reason: ExitReason) -> ! {
-    std::panic::resume_unwind(Box::new(ExitUnwind(reason)))
+    std::panic::resume_unwind(Box::new(ExitUnwind { reason, own: true }))
+}
+
+/// The reason a process gave for ending itself ([`exit_self`],
+/// [`terminate`], or a failed [`spawn`]), if `payload` is that unwind;
+/// `None` for a panic or an exit signal acted on.
+///
+/// For code that catches unwinds around callbacks (the OTP crate's
+/// gen_server does): as in OTP, where `exit/1` inside a callback still runs
+/// `terminate`, it can run its cleanup and then end the process with this
+/// reason.
+///
+/// ```
+/// use graft::*;
+/// let node = Node::start(NodeConfig::new("127.0.0.1:0")).unwrap();
+/// let r = node.run(|| {
+///     let caught = std::panic::catch_unwind(|| exit_self(ExitReason::Shutdown));
+///     self_exit_reason(&*caught.unwrap_err())
+/// });
+/// assert_eq!(r.unwrap(), Some(ExitReason::Shutdown));
+/// ```
+pub fn self_exit_reason(payload: &(dyn std::any::Any + Send)) -> Option<ExitReason> {
+    payload
+        .downcast_ref::<ExitUnwind>()
+        .filter(|e| e.own)
+        .map(|e| e.reason.clone())
 }
 
 /// The pid of the running process.

@@ -479,7 +479,7 @@ unsafe impl Send for RawProc {}
 /// Turns a caught unwind into an exit reason.
 pub(crate) fn exit_reason_of(payload: &(dyn std::any::Any + Send)) -> ExitReason {
     if let Some(e) = payload.downcast_ref::<ExitUnwind>() {
-        return e.0.clone();
+        return e.reason.clone();
     }
     ExitReason::Other(panic_message(payload))
 }
@@ -729,10 +729,7 @@ impl Node {
             let (value, rethrow) = match r {
                 Ok(v) => (Ok(v), None),
                 Err(payload) => {
-                    let reason = match payload.downcast_ref::<ExitUnwind>() {
-                        Some(e) => e.0.clone(),
-                        None => ExitReason::Other(panic_message(&*payload)),
-                    };
+                    let reason = exit_reason_of(&*payload);
                     (Err(reason), Some(payload))
                 }
             };

@@ -245,7 +245,19 @@ pub(crate) struct Local {
 /// The unwinding payload that ends a process with a reason (an exit signal
 /// or `terminate`). Not a panic: no hook runs, nothing is printed.
 #[derive(Debug)]
-pub(crate) struct ExitUnwind(pub(crate) ExitReason);
+pub(crate) struct ExitUnwind {
+    pub(crate) reason: ExitReason,
+    /// Raised by the process itself (`exit_self`, `terminate`), not by an
+    /// exit signal: see [`self_exit_reason`](crate::self_exit_reason).
+    pub(crate) own: bool,
+}
+
+impl ExitUnwind {
+    /// The unwind of an exit signal acted on.
+    pub(crate) fn signal(reason: ExitReason) -> Box<ExitUnwind> {
+        Box::new(ExitUnwind { reason, own: false })
+    }
+}
 
 /// One process.
 pub(crate) struct Process {
@@ -446,7 +458,7 @@ impl Process {
                         meta.trap_exits
                     };
                     if reason == ExitReason::Kill && !link {
-                        std::panic::resume_unwind(Box::new(ExitUnwind(ExitReason::Killed)));
+                        std::panic::resume_unwind(ExitUnwind::signal(ExitReason::Killed));
                     }
                     if trapping {
                         local
@@ -455,7 +467,7 @@ impl Process {
                     } else if reason.is_normal() {
                         // a normal exit signal does not kill a non-trapping process
                     } else {
-                        std::panic::resume_unwind(Box::new(ExitUnwind(reason)));
+                        std::panic::resume_unwind(ExitUnwind::signal(reason));
                     }
                 }
             }
