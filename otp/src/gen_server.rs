@@ -143,10 +143,10 @@ pub trait GenServer: Send + 'static {
         Flow::Continue
     }
 
-    /// Runs once when the server stops: after a callback asked to stop, after
-    /// a callback panicked, on [`Server::stop`], and on an exit signal from
-    /// the parent while trapping exits. It does not run when the process is
-    /// killed by a signal it does not trap (OTP's rule).
+    /// Runs once when the server stops: after a callback asked to stop,
+    /// panicked or called `exit_self`, on [`Server::stop`], and on an exit
+    /// signal from the parent while trapping exits. It does not run when the
+    /// process is killed by a signal it does not trap (OTP's rule).
     fn terminate(&mut self, reason: &ExitReason) {
         let _ = reason;
     }
