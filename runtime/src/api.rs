@@ -472,12 +472,10 @@ pub fn demonitor(r: MonitorRef) {
     };
     let (_, target) = mons.swap_remove(i);
     let n = node();
-    if !n.is_local(target) {
+    if n.is_local(target) {
+        n.unwatch(target, r);
+    } else {
         n.dist.demonitor(target, r);
-    } else if n.is_ours(target) {
-        n.table.with(target.serial(), |t| {
-            t.meta.lock().watchers.retain(|(wr, _)| *wr != r);
-        });
     }
 }
 
@@ -540,12 +538,10 @@ pub fn unlink(pid: Pid) {
     let me = current("unlink");
     me.meta.lock().links.retain(|p| *p != pid);
     let n = node();
-    if !n.is_local(pid) {
+    if n.is_local(pid) {
+        n.unlink_local(pid, me.pid);
+    } else {
         n.dist.unlink(me.pid, pid);
-    } else if n.is_ours(pid) {
-        n.table.with(pid.serial(), |t| {
-            t.meta.lock().links.retain(|p| *p != me.pid);
-        });
     }
 }
 
@@ -877,11 +873,7 @@ pub fn process_count() -> usize {
 
 /// Whether `pid` is alive on this node.
 pub fn is_alive(pid: Pid) -> bool {
-    context::worker().is_some_and(|w| {
-        w.node.is_local(pid)
-            && pid.creation() == w.node.creation
-            && w.node.table.get(pid.serial()).is_some()
-    })
+    context::worker().is_some_and(|w| w.node.local_process(pid).is_some())
 }
 
 /// Connects this node to the node listening at `addr` (and, through it, to

@@ -702,7 +702,7 @@ fn on_ctl(n: &std::sync::Arc<NodeShared>, peer: &PeerInfo, from: NodeId, c: Ctl)
         }
         Ctl::Demonitor { target, r } => {
             n.dist.forget_watched(from, r);
-            unwatch(n, target, r);
+            n.unwatch(target, r);
         }
         Ctl::Down {
             watcher,
@@ -743,9 +743,7 @@ fn on_ctl(n: &std::sync::Arc<NodeShared>, peer: &PeerInfo, from: NodeId, c: Ctl)
         }
         Ctl::Unlink { from: remote, to } => {
             n.dist.forget_link(to, remote);
-            if let Some(t) = n.local_process(to) {
-                t.meta.lock().links.retain(|p| *p != remote);
-            }
+            n.unlink_local(to, remote);
         }
         Ctl::Exit {
             from: remote,
@@ -859,7 +857,7 @@ pub(crate) fn node_lost(n: &NodeShared, node: NodeId, peer: PeerId) {
     };
     // Monitors of local processes held from that node are gone with it.
     for (r, target, _) in ws.watched {
-        unwatch(n, target, r);
+        n.unwatch(target, r);
     }
     for (r, watcher, target, _) in ws.monitors {
         n.deliver(
@@ -889,13 +887,6 @@ pub(crate) fn node_lost(n: &NodeShared, node: NodeId, peer: PeerId) {
                 result: Err(Error::NoConnection(node)),
             }),
         );
-    }
-}
-
-/// Removes monitor `r` from local process `target`'s watchers.
-fn unwatch(n: &NodeShared, target: Pid, r: MonitorRef) {
-    if let Some(t) = n.local_process(target) {
-        t.meta.lock().watchers.retain(|(wr, _)| *wr != r);
     }
 }
 

@@ -323,6 +323,16 @@ impl NodeShared {
             .unwrap_or(false)
     }
 
+    /// Removes monitor `r` from the watchers of local process `target`.
+    pub(crate) fn unwatch(&self, target: Pid, r: crate::pid::MonitorRef) {
+        self.with_live_meta(target, |m| m.watchers.retain(|(wr, _)| *wr != r));
+    }
+
+    /// Removes `other` from the links of local process `pid`.
+    pub(crate) fn unlink_local(&self, pid: Pid, other: Pid) {
+        self.with_live_meta(pid, |m| m.links.retain(|p| *p != other));
+    }
+
     /// The live process `pid` names on this node.
     #[inline]
     pub(crate) fn local_process(&self, pid: Pid) -> Option<Arc<Process>> {
@@ -808,8 +818,8 @@ impl Node {
 /// process's unread mail and storage, a timed message for a dead process):
 /// their `Drop` may run any code, even panic, and the thread must go on.
 pub(crate) fn guarded(f: impl FnOnce(), what: impl FnOnce() -> String) {
-    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).is_err() {
-        log::error!("graft: {} panicked", what());
+    if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        log::error!("graft: {} panicked: {}", what(), panic_message(&*p));
     }
 }
 
