@@ -242,11 +242,12 @@ impl Dist {
         self.peers.read().get(&node).map(|p| p.info.creation)
     }
 
-    /// The connection to `node` now, if it leads to incarnation `creation`.
-    fn connection(&self, node: NodeId, creation: u32) -> Option<PeerId> {
+    /// The connection to `node` now, if it leads to incarnation `creation`
+    /// (any, if `None`).
+    fn connection(&self, node: NodeId, creation: Option<u32>) -> Option<PeerId> {
         let peers = self.peers.read();
         let p = peers.get(&node)?;
-        (p.info.creation == creation).then_some(p.info.id)
+        (creation.is_none() || creation == Some(p.info.creation)).then_some(p.info.id)
     }
 
     /// Sends one frame to `node`, on connection `only` if given (and not at
@@ -371,7 +372,7 @@ impl Dist {
     /// target's incarnation (the caller delivers the `ProcessDied` itself).
     pub(crate) fn monitor(&self, watcher: Pid, target: Pid, r: MonitorRef) -> bool {
         let node = target.node();
-        let Some(conn) = self.connection(node, target.creation()) else {
+        let Some(conn) = self.connection(node, Some(target.creation())) else {
             return false;
         };
         self.watches()
@@ -423,7 +424,7 @@ impl Dist {
     /// remote's incarnation (the caller delivers the exit signal itself).
     pub(crate) fn link(&self, local: Pid, remote: Pid) -> bool {
         let node = remote.node();
-        let Some(conn) = self.connection(node, remote.creation()) else {
+        let Some(conn) = self.connection(node, Some(remote.creation())) else {
             return false;
         };
         self.record_link(local, remote, conn);
@@ -479,10 +480,7 @@ impl Dist {
         c: &Ctl,
     ) -> Result<(), Error> {
         let conn = self
-            .peers
-            .read()
-            .get(&node)
-            .map(|p| p.info.id)
+            .connection(node, None)
             .ok_or(Error::NoConnection(node))?;
         self.watches()
             .entry(node)
