@@ -47,8 +47,14 @@ fn mb_s(bytes: usize, d: Duration) -> f64 {
     bytes as f64 / 1e6 / d.as_secs_f64()
 }
 
-fn mnodes_s(nodes: usize, d: Duration) -> f64 {
-    nodes as f64 / 1e6 / d.as_secs_f64()
+/// Reports `metric` as the rate of the workloads' 1 M nodes in `d`.
+fn report_mnodes(metric: &str, d: Duration) {
+    report(
+        "serialise",
+        metric,
+        "Mnodes/s",
+        NODES as f64 / 1e6 / d.as_secs_f64(),
+    );
 }
 
 /// Checks that `v` round-trips, then reports the encode and decode rates as
@@ -133,27 +139,12 @@ fn dag() {
     // (`Arc::new`, `vec!`), timed like the decode, so a ceiling for it.
     // Dropping a graph this big lets glibc trim the freed heap back to the
     // OS (nothing allocated later pins it), so every run, built or decoded,
-    // page-faults its ~96 MB afresh; with `MALLOC_TRIM_THRESHOLD_` set high
-    // in the environment the runs reuse the heap instead (steady state).
+    // page-faults its memory (`dag_heap_mb`) afresh; `dag_warm` measures
+    // the runs with the heap kept instead.
     let build = time(build_dag, drop);
-    report(
-        "serialise",
-        "dag_encode_mnodes_s",
-        "Mnodes/s",
-        mnodes_s(NODES, enc),
-    );
-    report(
-        "serialise",
-        "dag_decode_mnodes_s",
-        "Mnodes/s",
-        mnodes_s(NODES, dec),
-    );
-    report(
-        "serialise",
-        "dag_build_mnodes_s",
-        "Mnodes/s",
-        mnodes_s(NODES, build),
-    );
+    report_mnodes("dag_encode_mnodes_s", enc);
+    report_mnodes("dag_decode_mnodes_s", dec);
+    report_mnodes("dag_build_mnodes_s", build);
     report(
         "serialise",
         "dag_bytes_per_node",
@@ -209,18 +200,8 @@ fn cyclic() {
     }
     let enc = time(|| graph::encode(&first), drop);
     let dec = time(|| graph::decode::<Arc<Ring>>(&bytes).unwrap(), free_ring);
-    report(
-        "serialise",
-        "cyclic_encode_mnodes_s",
-        "Mnodes/s",
-        mnodes_s(NODES, enc),
-    );
-    report(
-        "serialise",
-        "cyclic_decode_mnodes_s",
-        "Mnodes/s",
-        mnodes_s(NODES, dec),
-    );
+    report_mnodes("cyclic_encode_mnodes_s", enc);
+    report_mnodes("cyclic_decode_mnodes_s", dec);
     free_ring(first);
 }
 
@@ -316,16 +297,6 @@ fn dag_warm() {
     drop(nodes);
     let dec = time(|| graph::decode::<Vec<Arc<Node>>>(&bytes).unwrap(), drop);
     let build = time(build_dag, drop);
-    report(
-        "serialise",
-        "dag_decode_warm_mnodes_s",
-        "Mnodes/s",
-        mnodes_s(NODES, dec),
-    );
-    report(
-        "serialise",
-        "dag_build_warm_mnodes_s",
-        "Mnodes/s",
-        mnodes_s(NODES, build),
-    );
+    report_mnodes("dag_decode_warm_mnodes_s", dec);
+    report_mnodes("dag_build_warm_mnodes_s", build);
 }
