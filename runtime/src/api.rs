@@ -938,7 +938,14 @@ fn remote_request(node: NodeId, make: impl FnOnce(u64, Pid) -> Ctl) -> Result<Op
         .unwrap_or(Err(Error::Timeout))
 }
 
-fn spawn_remote<E: Mobile>(node: NodeId, env: E, body: fn(E), link: bool) -> Result<Pid, Error> {
+fn spawn_remote<E, F>(node: NodeId, env: E, body: F, link: bool) -> Result<Pid, Error>
+where
+    E: Mobile,
+    F: FnOnce(E) + Copy + Send + Sync + 'static,
+{
+    // Refused at build time for a fn pointer or a capturing closure, even
+    // when `node` is this one.
+    graph::code_assert_body::<F>();
     let n = self::node();
     if node == n.id {
         let f = move || body(env);
@@ -963,15 +970,19 @@ fn spawn_remote<E: Mobile>(node: NodeId, env: E, body: fn(E), link: bool) -> Res
 }
 
 /// Spawns `body(env)` as a process on `node` (this node included). The
-/// body is an ordinary non-capturing function or closure; what it needs
-/// travels explicitly in `env` (the compiler checks the capture list:
-/// a closure that captures anything does not coerce to `fn(E)`).
+/// body is a non-capturing closure or a fn item; what it needs travels
+/// explicitly in `env` (the compiler checks the capture list: a closure
+/// that captures anything, or a fn pointer, does not build). On another
+/// node the body is named by its code id (see
+/// [`MobileFn::code_id`](crate::graph::MobileFn::code_id)): a node whose
+/// executable lacks that function refuses the spawn.
 ///
 /// # Errors
 ///
 /// `Error::NoConnection` when `node` is not connected (or is lost before
-/// answering), `Error::Remote` when it refuses (another build of the
-/// program, a resource limit), `Error::Timeout`.
+/// answering), `Error::Remote` when it refuses (its executable has no
+/// mobile function with this body's code id, a resource limit),
+/// `Error::Timeout`.
 ///
 /// ```
 /// use graft::*;
@@ -986,7 +997,11 @@ fn spawn_remote<E: Mobile>(node: NodeId, env: E, body: fn(E), link: bool) -> Res
 /// }).unwrap();
 /// assert!(got.starts_with("hello from"));
 /// ```
-pub fn spawn_on<E: Mobile>(node: NodeId, env: E, body: fn(E)) -> Result<Pid, Error> {
+pub fn spawn_on<E, F>(node: NodeId, env: E, body: F) -> Result<Pid, Error>
+where
+    E: Mobile,
+    F: FnOnce(E) + Copy + Send + Sync + 'static,
+{
     spawn_remote(node, env, body, false)
 }
 
@@ -995,7 +1010,11 @@ pub fn spawn_on<E: Mobile>(node: NodeId, env: E, body: fn(E)) -> Result<Pid, Err
 /// # Errors
 ///
 /// As [`spawn_on`].
-pub fn spawn_link_on<E: Mobile>(node: NodeId, env: E, body: fn(E)) -> Result<Pid, Error> {
+pub fn spawn_link_on<E, F>(node: NodeId, env: E, body: F) -> Result<Pid, Error>
+where
+    E: Mobile,
+    F: FnOnce(E) + Copy + Send + Sync + 'static,
+{
     spawn_remote(node, env, body, true)
 }
 
@@ -1025,7 +1044,12 @@ struct CallAnswer {
 /// }).unwrap();
 /// assert_eq!(n, 210);
 /// ```
-pub fn call_on<E: Mobile, R: Mobile>(node: NodeId, env: E, body: fn(E) -> R) -> Result<R, Error> {
+pub fn call_on<E, R, F>(node: NodeId, env: E, body: F) -> Result<R, Error>
+where
+    E: Mobile,
+    R: Mobile,
+    F: FnOnce(E) -> R + Copy + Send + Sync + 'static,
+{
     let me = current("call_on");
     let req = self::node().dist.next_req();
     let f = MobileFnOnce::returning(env, body);

@@ -59,9 +59,13 @@
 //!
 //! # Mobile functions
 //!
-//! [`MobileFn`] and [`MobileFnOnce`] carry a code reference (checked against
-//! the executable's [`fingerprint`]) and a mobile environment; see
-//! [`mobile_fn!`](crate::mobile_fn).
+//! [`MobileFn`] and [`MobileFnOnce`] carry a code id and a mobile
+//! environment; see [`mobile_fn!`](crate::mobile_fn). A code id can only
+//! name a function that graft registered as mobile (a body given to
+//! `MobileFn::new`, `spawn_on`, `call_on` and the like, found in the
+//! executable's symbol table); any other id is refused with
+//! [`DecodeError::NotRegistered`]. The `code` module's docs give the
+//! protocol, the threat model and which changes keep ids stable.
 //!
 //! # Limits
 //!
@@ -79,12 +83,14 @@ mod func;
 mod impls;
 mod mobile;
 mod stack;
+mod symtab;
 mod wire;
 
 use std::io::{Read, Write};
 
 pub use cell::Cell;
-pub use code::fingerprint;
+pub use code::{fingerprint, mobile_entries};
+pub(crate) use code::assert_body as code_assert_body;
 pub use decode::Decoder;
 pub use descriptor::{descriptor_of, Describer, Descriptor};
 pub use encode::Encoder;

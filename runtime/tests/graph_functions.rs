@@ -1,8 +1,8 @@
-//! Mobile functions: calls, round trips, fingerprint and corruption checks.
+//! Mobile functions: calls, round trips, code ids and forged references.
 
 use std::sync::Arc;
 
-use graft::graph::{self, fingerprint, DecodeError, Encoded, MobileFn, MobileFnOnce};
+use graft::graph::{self, DecodeError, Encoded, MobileFn, MobileFnOnce};
 use graft::{mobile_fn, mobile_fn_once, Mobile, Pid};
 
 #[test]
@@ -92,49 +92,125 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     hay.windows(needle.len()).position(|w| w == needle)
 }
 
-#[test]
-fn other_build_is_refused() {
-    let f = MobileFn::new(1u8, |a: &u8, b: u8| a + b);
-    let mut bytes = graph::encode(&f);
-    let at = find(&bytes, &fingerprint().to_le_bytes()).expect("fingerprint in the encoding");
-    bytes[at] ^= 0x55;
-    let err = graph::decode::<MobileFn<u8, u8>>(&bytes).unwrap_err();
-    assert!(matches!(err, DecodeError::ForeignCode { .. }), "{err}");
-    assert!(err.to_string().contains("code from another build"), "{err}");
+/// Where `id` sits in `bytes` (the encoding of a function).
+fn id_at(bytes: &[u8], id: u64) -> usize {
+    assert_ne!(id, 0, "this test executable has a table of mobile functions");
+    find(bytes, &id.to_le_bytes()).expect("the code id in the encoding")
 }
 
 #[test]
-fn corrupted_code_reference_is_refused() {
+fn unknown_code_id_is_refused() {
+    let f = MobileFn::new(1u8, |a: &u8, b: u8| a + b);
+    let mut bytes = graph::encode(&f);
+    let at = id_at(&bytes, f.code_id());
+    bytes[at..at + 8].copy_from_slice(&0x0123_4567_89ab_cdefu64.to_le_bytes());
+    let err = graph::decode::<MobileFn<u8, u8>>(&bytes).unwrap_err();
+    assert!(
+        matches!(err, DecodeError::NotRegistered { id: 0x0123_4567_89ab_cdef, .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("no mobile function"), "{err}");
+    // Id 0 (what an executable without a table writes) names nothing.
+    bytes[at..at + 8].copy_from_slice(&0u64.to_le_bytes());
+    let err = graph::decode::<MobileFn<u8, u8>>(&bytes).unwrap_err();
+    assert!(matches!(err, DecodeError::NotRegistered { id: 0, .. }), "{err}");
+}
+
+#[test]
+fn corrupted_code_id_is_refused() {
     let f = MobileFn::new(1u8, |a: &u8, b: u8| a + b);
     let bytes = graph::encode(&f);
-    let at = find(&bytes, &fingerprint().to_le_bytes()).unwrap() + 8;
-    // Flip each bit of the trampoline and body offsets and of the checksum.
-    for i in at..at + 24 {
+    let at = id_at(&bytes, f.code_id());
+    for i in at..at + 8 {
         for bit in 0..8 {
             let mut b = bytes.clone();
             b[i] ^= 1 << bit;
             let err = graph::decode::<MobileFn<u8, u8>>(&b).unwrap_err();
-            assert!(matches!(err, DecodeError::BadCode(_)), "{err}");
+            assert!(
+                matches!(err, DecodeError::NotRegistered { .. } | DecodeError::BadCode(_)),
+                "{err}"
+            );
         }
     }
 }
 
 #[test]
-fn signature_is_part_of_the_check() {
-    // The header's descriptor already tells the signatures apart, but the
-    // check also binds the reference to `MobileFn<A, R>`: decoding the body
-    // of a `MobileFn<u8, u8>` as a `MobileFn<u8, u16>` fails.
+fn truncated_function_is_refused() {
+    let f = MobileFn::new(Arc::new(String::from("env")), |s: &Arc<String>, x: usize| {
+        s.len() + x
+    });
+    let bytes = graph::encode(&f);
+    for len in 0..bytes.len() {
+        assert!(graph::decode::<MobileFn<usize, usize>>(&bytes[..len]).is_err());
+    }
+    let text = graph::to_text(&f);
+    for len in 0..text.len() {
+        assert!(graph::from_text::<MobileFn<usize, usize>>(&text[..len]).is_err());
+    }
+}
+
+#[test]
+fn code_id_of_another_function_type_is_refused() {
+    // The header's descriptor already tells the signatures apart; with the
+    // header forged to name the other type (the hash follows the 3 magic,
+    // version and flags bytes), the entry's type check refuses it.
     let f = MobileFn::new(1u8, |a: &u8, b: u8| a + b);
     let mut bytes = graph::encode(&f);
     assert!(matches!(
         graph::decode::<MobileFn<u8, u16>>(&bytes),
         Err(DecodeError::TypeMismatch { .. })
     ));
-    // With the header forged to name the other type (the hash follows the
-    // 3 magic, version and flags bytes), only the code reference's checksum
-    // is left to refuse it.
     let other = graph::descriptor_of::<MobileFn<u8, u16>>().hash();
     bytes[5..13].copy_from_slice(&other.to_le_bytes());
     let err = graph::decode::<MobileFn<u8, u16>>(&bytes).unwrap_err();
     assert!(matches!(err, DecodeError::BadCode(_)), "{err}");
+
+    // A registered id of a `MobileFnOnce` spliced into a `MobileFn`.
+    let once = MobileFnOnce::new(1u8, |a: u8| a + 1);
+    let mut bytes = graph::encode(&f);
+    let at = id_at(&bytes, f.code_id());
+    bytes[at..at + 8].copy_from_slice(&once.code_id().to_le_bytes());
+    let err = graph::decode::<MobileFn<u8, u8>>(&bytes).unwrap_err();
+    assert!(matches!(err, DecodeError::BadCode(_)), "{err}");
+}
+
+/// A closure made in a generic function: one type per type argument.
+fn adder<T: Mobile + Copy + std::ops::Add<Output = T>>(k: T) -> MobileFn<T, T> {
+    MobileFn::new(k, |k: &T, x: T| x + *k)
+}
+
+#[test]
+fn code_ids_name_bodies_and_types() {
+    let a = MobileFn::new(1u8, |k: &u8, x: u8| x + k);
+    let b = MobileFn::new(1u8, |k: &u8, x: u8| x + k);
+    // Same text, two closures: two functions.
+    assert_ne!(a.code_id(), b.code_id());
+    // One closure, many values: one function.
+    assert_eq!(adder(1u32).code_id(), adder(7u32).code_id());
+    // One closure, other type arguments: other functions.
+    let ids = [
+        adder(1u8).code_id(),
+        adder(1u32).code_id(),
+        adder(1u64).code_id(),
+        adder(1i64).code_id(),
+    ];
+    for (i, x) in ids.iter().enumerate() {
+        assert_ne!(*x, 0);
+        for y in &ids[i + 1..] {
+            assert_ne!(x, y);
+        }
+    }
+    // Each decodes to its own code.
+    let back: MobileFn<u64, u64> = graph::decode(&graph::encode(&adder(5u64))).unwrap();
+    assert_eq!(back.call(1), 6);
+    let back: MobileFn<u8, u8> = graph::decode(&graph::encode(&adder(5u8))).unwrap();
+    assert_eq!(back.call(1), 6);
+    // A fn item is a body too.
+    fn double(_: &(), x: u16) -> u16 {
+        x * 2
+    }
+    let d = MobileFn::new((), double);
+    let back: MobileFn<u16, u16> = graph::decode(&graph::encode(&d)).unwrap();
+    assert_eq!(back.call(21), 42);
+    assert!(graph::mobile_entries().unwrap() >= 6);
 }

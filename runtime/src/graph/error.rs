@@ -23,15 +23,17 @@ pub enum DecodeError {
         /// Its descriptor hash.
         expected_hash: u64,
     },
-    /// A mobile function was encoded by another build of the program.
-    ForeignCode {
-        /// Fingerprint carried by the data.
-        found: u64,
-        /// Fingerprint of the running executable.
-        expected: u64,
+    /// A code reference names no mobile function of this executable: it
+    /// was made by a build that has a function this one lacks, or it was
+    /// forged or corrupted. Nothing was run.
+    NotRegistered {
+        /// The code id carried by the data.
+        id: u64,
+        /// What was expected, and why the table is empty if it is.
+        detail: String,
     },
-    /// A code reference failed its checks (address outside the executable's
-    /// code, or a corrupted reference).
+    /// A code reference names a mobile function of another type than the
+    /// one being decoded.
     BadCode(String),
     /// The bytes are not a valid encoding of the expected type.
     Invalid(String),
@@ -56,10 +58,10 @@ impl fmt::Display for DecodeError {
                 "type mismatch: the data is a `{found}` (descriptor {found_hash:016x}) \
                  but a `{expected}` (descriptor {expected_hash:016x}) was expected"
             ),
-            DecodeError::ForeignCode { found, expected } => write!(
+            DecodeError::NotRegistered { id, detail } => write!(
                 f,
-                "code from another build: function reference has build fingerprint \
-                 {found:016x}, this executable is {expected:016x}"
+                "unknown code reference: no mobile function with id {id:016x} is \
+                 registered in this executable ({detail})"
             ),
             DecodeError::BadCode(m) => write!(f, "invalid code reference: {m}"),
             DecodeError::Invalid(m) => write!(f, "invalid data: {m}"),

@@ -1,18 +1,19 @@
 //! Mobile functions: [`MobileFn`], [`MobileFnOnce`] and [`Encoded`].
 //!
-//! A mobile function is a plain function pointer plus an environment
-//! `E: Mobile` passed beside it. The body is a non-capturing closure that
-//! coerces to `fn(&E, A) -> R` (or `fn(E) -> R`), so the compiler checks the
-//! capture list: a body that touches anything not in `E` does not compile.
-//! On the wire it is a code reference (see `code.rs`) plus the environment's
+//! A mobile function is a body plus an environment `E: Mobile` passed beside
+//! it. The body is a non-capturing closure (or a fn item), of a zero-sized
+//! type `F: Fn(&E, A) -> R` (or `FnOnce(E) -> R`), so the compiler checks
+//! the capture list: a body that touches anything not in `E` does not
+//! compile. On the wire it is a code id (see `code.rs`) plus the environment's
 //! graph; sharing between the environment and the rest of the message is
 //! kept.
 
 use std::fmt;
+use std::marker::PhantomData;
 use std::sync::Arc;
 
 use super::code;
-use super::wire::{Binary, Format, Source, Text, Walk};
+use super::wire::{Binary, Format, Kind, Source, Text, Walk};
 use super::{DecodeError, Decoder, Describer, Encoder, Mobile};
 
 /// The environment side of a type-erased closure.
@@ -20,8 +21,8 @@ pub(crate) trait EnvEncode: Send + Sync {
     fn env_walk(&self, e: &mut Encoder<'_, Walk>);
     fn env_binary(&self, e: &mut Encoder<'_, Binary>);
     fn env_text(&self, e: &mut Encoder<'_, Text>);
-    /// Trampoline and body addresses, for the text or the binary source.
-    fn code(&self, text: bool) -> (usize, usize);
+    /// Address of the entry (see `code.rs`) for the text or binary source.
+    fn code(&self, text: bool) -> usize;
 }
 
 trait ErasedFn<A, R>: EnvEncode {
@@ -34,23 +35,27 @@ trait ErasedOnce<R>: EnvEncode {
     fn env(&self) -> &dyn EnvEncode;
 }
 
-struct FnClosure<E, A, R> {
+/// The body `F` is zero-sized: the closure is its environment.
+struct FnClosure<E, A, R, F> {
     env: E,
-    body: fn(&E, A) -> R,
+    body: F,
+    _sig: PhantomData<fn(A) -> R>,
 }
 
-struct OnceClosure<E, R> {
+struct OnceClosure<E, R, F> {
     env: E,
-    body: fn(E) -> R,
+    body: F,
+    _sig: PhantomData<fn() -> R>,
 }
 
-struct ReturningClosure<E, R> {
+struct ReturningClosure<E, R, F> {
     env: E,
-    body: fn(E) -> R,
+    body: F,
+    _sig: PhantomData<fn() -> R>,
 }
 
 macro_rules! env_encode {
-    ($ty:ty, [$($g:tt)*], $tramp:ident <$($ga:ident),*>) => {
+    ($ty:ty, [$($g:tt)*], $code:ident <$($ga:ident),*>) => {
         impl<$($g)*> EnvEncode for $ty {
             fn env_walk(&self, e: &mut Encoder<'_, Walk>) {
                 self.env.encode(e);
@@ -61,23 +66,36 @@ macro_rules! env_encode {
             fn env_text(&self, e: &mut Encoder<'_, Text>) {
                 self.env.encode(e);
             }
-            fn code(&self, text: bool) -> (usize, usize) {
-                let tramp = if text {
-                    code::$tramp::<$($ga,)* Text>()
-                } else {
-                    code::$tramp::<$($ga,)* Binary>()
-                };
-                (tramp, self.body as usize)
+            fn code(&self, text: bool) -> usize {
+                code::code_of::<code::$code<$($ga,)* Binary>, code::$code<$($ga,)* Text>>(text)
             }
         }
     };
 }
 
-env_encode!(FnClosure<E, A, R>, [E: Mobile, A: 'static, R: 'static], fn_tramp<E, A, R>);
-env_encode!(OnceClosure<E, R>, [E: Mobile, R: 'static], once_tramp<E, R>);
-env_encode!(ReturningClosure<E, R>, [E: Mobile, R: Mobile], returning_tramp<E, R>);
+env_encode!(
+    FnClosure<E, A, R, F>,
+    [E: Mobile, A: 'static, R: 'static, F: Fn(&E, A) -> R + Copy + Send + Sync + 'static],
+    FnCode<E, A, R, F>
+);
+env_encode!(
+    OnceClosure<E, R, F>,
+    [E: Mobile, R: 'static, F: FnOnce(E) -> R + Copy + Send + Sync + 'static],
+    OnceCode<E, R, F>
+);
+env_encode!(
+    ReturningClosure<E, R, F>,
+    [E: Mobile, R: Mobile, F: FnOnce(E) -> R + Copy + Send + Sync + 'static],
+    ReturningCode<E, R, F>
+);
 
-impl<E: Mobile, A: 'static, R: 'static> ErasedFn<A, R> for FnClosure<E, A, R> {
+impl<E, A, R, F> ErasedFn<A, R> for FnClosure<E, A, R, F>
+where
+    E: Mobile,
+    A: 'static,
+    R: 'static,
+    F: Fn(&E, A) -> R + Copy + Send + Sync + 'static,
+{
     fn call(&self, a: A) -> R {
         (self.body)(&self.env, a)
     }
@@ -86,7 +104,12 @@ impl<E: Mobile, A: 'static, R: 'static> ErasedFn<A, R> for FnClosure<E, A, R> {
     }
 }
 
-impl<E: Mobile, R: 'static> ErasedOnce<R> for OnceClosure<E, R> {
+impl<E, R, F> ErasedOnce<R> for OnceClosure<E, R, F>
+where
+    E: Mobile,
+    R: 'static,
+    F: FnOnce(E) -> R + Copy + Send + Sync + 'static,
+{
     fn call(self: Box<Self>) -> R {
         (self.body)(self.env)
     }
@@ -95,7 +118,12 @@ impl<E: Mobile, R: 'static> ErasedOnce<R> for OnceClosure<E, R> {
     }
 }
 
-impl<E: Mobile, R: Mobile> ErasedOnce<Encoded> for ReturningClosure<E, R> {
+impl<E, R, F> ErasedOnce<Encoded> for ReturningClosure<E, R, F>
+where
+    E: Mobile,
+    R: Mobile,
+    F: FnOnce(E) -> R + Copy + Send + Sync + 'static,
+{
     fn call(self: Box<Self>) -> Encoded {
         Encoded(super::encode(&(self.body)(self.env)))
     }
@@ -110,8 +138,8 @@ impl<E: Mobile, R: Mobile> ErasedOnce<Encoded> for ReturningClosure<E, R> {
 /// Build it from an environment `E: Mobile` and a non-capturing closure
 /// taking `&E`, or with [`mobile_fn!`](crate::mobile_fn). It is `Clone`
 /// (cheap: the environment is shared), `Send + Sync`, and [`Mobile`]: it can
-/// travel inside messages, to any node running the same build (see
-/// [`fingerprint`](super::fingerprint)).
+/// travel inside messages, to any node whose executable has the same
+/// function (the same code id, see [`code_id`](Self::code_id)).
 ///
 /// # Examples
 ///
@@ -135,10 +163,44 @@ pub struct MobileFn<A, R> {
 
 impl<A: 'static, R: 'static> MobileFn<A, R> {
     /// A function with environment `env` and code `body`.
-    pub fn new<E: Mobile>(env: E, body: fn(&E, A) -> R) -> Self {
+    ///
+    /// `body` must be a non-capturing closure (or a fn item): what it needs
+    /// comes from `env`. Its type then has no size, names its code, and
+    /// gets an entry in the table of mobile functions (see
+    /// [`mobile_entries`](super::mobile_entries)). A fn pointer or a
+    /// capturing closure is refused when the program is built.
+    ///
+    /// ```compile_fail
+    /// let body: fn(&u8, u8) -> u8 = |a, b| a + b;
+    /// let f = graft::graph::MobileFn::new(1u8, body); // a fn pointer: refused
+    /// ```
+    pub fn new<E, F>(env: E, body: F) -> Self
+    where
+        E: Mobile,
+        F: Fn(&E, A) -> R + Copy + Send + Sync + 'static,
+    {
+        code::assert_body::<F>();
         MobileFn {
-            inner: Arc::new(FnClosure { env, body }),
+            inner: Arc::new(FnClosure {
+                env,
+                body,
+                _sig: PhantomData,
+            }),
         }
+    }
+
+    /// The id of this function's code on the wire (0 if this executable
+    /// has no table of mobile functions). Two functions made from the same
+    /// body (and types) have the same id.
+    ///
+    /// ```
+    /// use graft::graph::MobileFn;
+    /// let a = MobileFn::new(1u8, |k: &u8, x: u8| x + k);
+    /// let b = MobileFn::new(2u8, |k: &u8, x: u8| x * k);
+    /// assert_ne!(a.code_id(), b.code_id());
+    /// ```
+    pub fn code_id(&self) -> u64 {
+        code::id_of(self.inner.code(false))
     }
 
     /// Calls the function.
@@ -157,17 +219,17 @@ impl<A, R> Clone for MobileFn<A, R> {
 
 impl<A, R> fmt::Debug for MobileFn<A, R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let (_, body) = self.inner.code(false);
         write!(
             f,
-            "MobileFn({}@{body:#x})",
-            std::any::type_name::<fn(A) -> R>()
+            "MobileFn({} #{:016x})",
+            std::any::type_name::<fn(A) -> R>(),
+            code::id_of(self.inner.code(false))
         )
     }
 }
 
 impl<A: 'static, R: 'static> Mobile for MobileFn<A, R> {
-    const WIRE_MIN: usize = 32;
+    const WIRE_MIN: usize = 8;
     fn describe(d: &mut Describer) {
         // Functions only cross between identical builds, so compiler type
         // names are stable enough here.
@@ -178,7 +240,7 @@ impl<A: 'static, R: 'static> Mobile for MobileFn<A, R> {
         d.write(">");
     }
     fn encode<F: Format>(&self, e: &mut Encoder<'_, F>) {
-        write_function::<Self, F>(e, "fn", self.inner.env());
+        write_function(e, "fn", self.inner.env());
     }
     fn decode<S: Source>(d: &mut Decoder<'_, S>) -> Result<Self, DecodeError> {
         d.begin("fn")?;
@@ -212,11 +274,27 @@ pub struct MobileFnOnce<R> {
 }
 
 impl<R: 'static> MobileFnOnce<R> {
-    /// A function with environment `env` and code `body`.
-    pub fn new<E: Mobile>(env: E, body: fn(E) -> R) -> Self {
+    /// A function with environment `env` and code `body`, a non-capturing
+    /// closure or a fn item (as for [`MobileFn::new`]).
+    pub fn new<E, F>(env: E, body: F) -> Self
+    where
+        E: Mobile,
+        F: FnOnce(E) -> R + Copy + Send + Sync + 'static,
+    {
+        code::assert_body::<F>();
         MobileFnOnce {
-            inner: Box::new(OnceClosure { env, body }),
+            inner: Box::new(OnceClosure {
+                env,
+                body,
+                _sig: PhantomData,
+            }),
         }
+    }
+
+    /// The id of this function's code on the wire (see
+    /// [`MobileFn::code_id`]).
+    pub fn code_id(&self) -> u64 {
+        code::id_of(self.inner.code(false))
     }
 
     /// Calls the function.
@@ -230,44 +308,58 @@ impl MobileFnOnce<Encoded> {
     /// (with [`graph::encode`](fn@super::encode): header, descriptor and all).
     /// The node that runs it needs not know `R`; the node that asked decodes
     /// the [`Encoded`] as an `R`.
-    pub fn returning<E: Mobile, R: Mobile>(env: E, body: fn(E) -> R) -> Self {
+    pub fn returning<E, R, F>(env: E, body: F) -> Self
+    where
+        E: Mobile,
+        R: Mobile,
+        F: FnOnce(E) -> R + Copy + Send + Sync + 'static,
+    {
+        code::assert_body::<F>();
         MobileFnOnce {
-            inner: Box::new(ReturningClosure { env, body }),
+            inner: Box::new(ReturningClosure {
+                env,
+                body,
+                _sig: PhantomData,
+            }),
         }
     }
 }
 
 impl<R> fmt::Debug for MobileFnOnce<R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let (_, body) = self.inner.code(false);
         write!(
             f,
-            "MobileFnOnce({}@{body:#x})",
-            std::any::type_name::<fn() -> R>()
+            "MobileFnOnce({} #{:016x})",
+            std::any::type_name::<fn() -> R>(),
+            code::id_of(self.inner.code(false))
         )
     }
 }
 
-/// Writes a mobile function under `tag`: its code reference (trampoline,
-/// body), then its environment.
-fn write_function<T: Mobile, F: Format>(e: &mut Encoder<'_, F>, tag: &str, f: &dyn EnvEncode) {
+/// Writes a mobile function under `tag`: its code id, then its
+/// environment.
+fn write_function<F: Format>(e: &mut Encoder<'_, F>, tag: &str, f: &dyn EnvEncode) {
     e.begin(tag);
-    let (tramp, body) = f.code(<F::Src as Source>::TEXT);
-    code::write_ref::<T, F>(e, tramp, body);
+    e.field("id");
+    let id = match F::KIND {
+        Kind::Walk => 0,
+        _ => code::id_of(f.code(<F::Src as Source>::TEXT)),
+    };
+    e.scalar(id);
     e.field("env");
     e.env(f);
     e.end();
 }
 
 impl<R: 'static> Mobile for MobileFnOnce<R> {
-    const WIRE_MIN: usize = 32;
+    const WIRE_MIN: usize = 8;
     fn describe(d: &mut Describer) {
         d.write("MobileFnOnce<");
         d.write(std::any::type_name::<R>());
         d.write(">");
     }
     fn encode<F: Format>(&self, e: &mut Encoder<'_, F>) {
-        write_function::<Self, F>(e, "fn_once", self.inner.env());
+        write_function(e, "fn_once", self.inner.env());
     }
     fn decode<S: Source>(d: &mut Decoder<'_, S>) -> Result<Self, DecodeError> {
         d.begin("fn_once")?;
