@@ -955,7 +955,32 @@ where
             n.spawn(SpawnSpec::default(), f)
         };
     }
-    let bytes = graph::encode(&MobileFnOnce::new(env, body));
+    spawn_encoded(node, graph::encode(&MobileFnOnce::new(env, body)), link)
+}
+
+/// Sends `body` to `node` as the body of a spawn request, unchecked: the
+/// bytes a forged or corrupted request would carry (for tests of what the
+/// receiving node does with them). `body` is meant to be an encoded
+/// `MobileFnOnce<()>`.
+///
+/// # Errors
+///
+/// As [`spawn_on`].
+///
+/// ```
+/// use graft::*;
+/// let a = Node::start(NodeConfig::new("127.0.0.1:0").cookie("doc")).unwrap();
+/// let b = Node::start(NodeConfig::new("127.0.0.1:0").cookie("doc")).unwrap();
+/// let b_addr = b.addr();
+/// let r = a.run(move || spawn_encoded_on(connect(b_addr).unwrap(), vec![1, 2, 3])).unwrap();
+/// assert!(matches!(r, Err(Error::Remote(_))));
+/// ```
+#[doc(hidden)]
+pub fn spawn_encoded_on(node: NodeId, body: Vec<u8>) -> Result<Pid, Error> {
+    spawn_encoded(node, body, false)
+}
+
+fn spawn_encoded(node: NodeId, bytes: Vec<u8>, link: bool) -> Result<Pid, Error> {
     let pid = remote_request(node, |req, me| Ctl::Spawn {
         req,
         reply_to: me,

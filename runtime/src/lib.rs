@@ -105,6 +105,8 @@ pub use api::{
     terminate, this_node, trap_exits, try_self_pid, unlink, unregister, whereis, whereis_on,
     yield_now, Dest, Message, ProcessInfo, SpawnOpts,
 };
+#[doc(hidden)]
+pub use api::spawn_encoded_on;
 pub use channel::{
     bounded, channel, merge_ports, select, select_timeout, MergedPorts, PortClosed, PortId,
     PortIntoIter, PortIter, PortMessage, PortTryIter, ReceivePort, RecvError, RecvTimeoutError,

@@ -1,0 +1,104 @@
+//! Deep values: decoding a 10 M-deep list takes time and memory linear in
+//! its depth, and the value drops without overflowing the stack.
+//!
+//! Figures (time, peak RSS growth) are printed as JSON lines; run with
+//! `cargo test --release -p graft --test graph_deep -- --nocapture`.
+
+use std::time::Instant;
+
+use graft::graph;
+use graft::Mobile;
+
+#[derive(Mobile)]
+enum BoxList {
+    Nil,
+    Cons(u64, Box<BoxList>),
+}
+
+fn status_kb(field: &str) -> u64 {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    s.lines()
+        .find(|l| l.starts_with(field))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Resets the peak RSS counter (Linux >= 4.0); false when not possible.
+fn reset_peak() -> bool {
+    std::fs::write("/proc/self/clear_refs", "5").is_ok()
+}
+
+fn build(depth: u64) -> BoxList {
+    let mut l = BoxList::Nil;
+    for i in 0..depth {
+        l = BoxList::Cons(i, Box::new(l));
+    }
+    l
+}
+
+/// Walks and frees iteratively, checking the values.
+fn check_and_free(mut cur: BoxList, depth: u64) {
+    let mut expect = depth;
+    while let BoxList::Cons(v, next) = cur {
+        assert_eq!(v, expect - 1);
+        expect -= 1;
+        cur = *next;
+    }
+    assert_eq!(expect, 0);
+}
+
+fn measure(depth: u64) -> (f64, u64) {
+    let original = build(depth);
+    let bytes = graph::encode(&original);
+    check_and_free(original, depth);
+    let rss_before = status_kb("VmRSS:");
+    let peak_ok = reset_peak();
+    let t = Instant::now();
+    let back: BoxList = graph::decode(&bytes).unwrap();
+    let secs = t.elapsed().as_secs_f64();
+    let peak = if peak_ok { status_kb("VmHWM:") } else { 0 };
+    let grown = peak.saturating_sub(rss_before);
+    // Own size of the decoded value: one 16-byte allocation per node.
+    let own_kb = depth * 16 / 1024;
+    println!(
+        "{{\"system\":\"graft\",\"bench\":\"decode_deep_{depth}\",\"metric\":\"s\",\"unit\":\"s\",\"value\":{secs:.3}}}"
+    );
+    println!(
+        "{{\"system\":\"graft\",\"bench\":\"decode_deep_{depth}\",\"metric\":\"peak_rss_growth_over_own_size\",\"unit\":\"x\",\"value\":{:.2}}}",
+        grown as f64 / own_kb.max(1) as f64
+    );
+    check_and_free(back, depth);
+    (secs, grown)
+}
+
+#[test]
+fn ten_million_deep_list_decodes_and_drops() {
+    let (t1, _) = measure(1_000_000);
+    let (t10, _) = measure(10_000_000);
+    println!("ratio 10M/1M time: {:.1}", t10 / t1);
+}
+
+#[test]
+fn ten_million_deep_garbage_is_refused_and_freed() {
+    // 10 M nested `Cons(0, Box(` then an invalid variant: the decoder drops
+    // the partly built chain itself, without overflowing.
+    let original = build(1);
+    let mut bytes = graph::encode(&original);
+    check_and_free(original, 1);
+    let one = {
+        let two = build(2);
+        let b = graph::encode(&two);
+        check_and_free(two, 2);
+        b.len() - bytes.len()
+    };
+    let header = bytes.len() - 1; // the final `Nil` is one variant byte
+    let cons = bytes[header - one..header].to_vec();
+    bytes.truncate(header);
+    for _ in 0..10_000_000 {
+        bytes.extend_from_slice(&cons);
+    }
+    bytes.push(9); // not a variant of `BoxList`
+    let err = graph::decode::<BoxList>(&bytes).err().expect("refused");
+    assert!(matches!(err, graph::DecodeError::Invalid(_)), "{err}");
+}
