@@ -89,8 +89,8 @@ mod wire;
 use std::io::{Read, Write};
 
 pub use cell::Cell;
-pub use code::{fingerprint, mobile_entries};
 pub(crate) use code::assert_body as code_assert_body;
+pub use code::{fingerprint, mobile_entries};
 pub use decode::Decoder;
 pub use descriptor::{descriptor_of, Describer, Descriptor};
 pub use encode::Encoder;

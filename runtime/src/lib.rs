@@ -97,6 +97,8 @@ mod stack;
 mod table;
 mod wakeup;
 
+#[doc(hidden)]
+pub use api::spawn_encoded_on;
 pub use api::{
     blocking, call_on, cancel_timer, connect, demonitor, demonitor_flush, disconnect, exit,
     exit_self, is_alive, link, local, make_ref, monitor, node_name, nodes, process_count,
@@ -105,8 +107,6 @@ pub use api::{
     terminate, this_node, trap_exits, try_self_pid, unlink, unregister, whereis, whereis_on,
     yield_now, Dest, Message, ProcessInfo, SpawnOpts,
 };
-#[doc(hidden)]
-pub use api::spawn_encoded_on;
 pub use channel::{
     bounded, channel, merge_ports, select, select_timeout, MergedPorts, PortClosed, PortId,
     PortIntoIter, PortIter, PortMessage, PortTryIter, ReceivePort, RecvError, RecvTimeoutError,

@@ -94,7 +94,10 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
 
 /// Where `id` sits in `bytes` (the encoding of a function).
 fn id_at(bytes: &[u8], id: u64) -> usize {
-    assert_ne!(id, 0, "this test executable has a table of mobile functions");
+    assert_ne!(
+        id, 0,
+        "this test executable has a table of mobile functions"
+    );
     find(bytes, &id.to_le_bytes()).expect("the code id in the encoding")
 }
 
@@ -106,14 +109,23 @@ fn unknown_code_id_is_refused() {
     bytes[at..at + 8].copy_from_slice(&0x0123_4567_89ab_cdefu64.to_le_bytes());
     let err = graph::decode::<MobileFn<u8, u8>>(&bytes).unwrap_err();
     assert!(
-        matches!(err, DecodeError::NotRegistered { id: 0x0123_4567_89ab_cdef, .. }),
+        matches!(
+            err,
+            DecodeError::NotRegistered {
+                id: 0x0123_4567_89ab_cdef,
+                ..
+            }
+        ),
         "{err}"
     );
     assert!(err.to_string().contains("no mobile function"), "{err}");
     // Id 0 (what an executable without a table writes) names nothing.
     bytes[at..at + 8].copy_from_slice(&0u64.to_le_bytes());
     let err = graph::decode::<MobileFn<u8, u8>>(&bytes).unwrap_err();
-    assert!(matches!(err, DecodeError::NotRegistered { id: 0, .. }), "{err}");
+    assert!(
+        matches!(err, DecodeError::NotRegistered { id: 0, .. }),
+        "{err}"
+    );
 }
 
 #[test]
@@ -127,7 +139,10 @@ fn corrupted_code_id_is_refused() {
             b[i] ^= 1 << bit;
             let err = graph::decode::<MobileFn<u8, u8>>(&b).unwrap_err();
             assert!(
-                matches!(err, DecodeError::NotRegistered { .. } | DecodeError::BadCode(_)),
+                matches!(
+                    err,
+                    DecodeError::NotRegistered { .. } | DecodeError::BadCode(_)
+                ),
                 "{err}"
             );
         }
@@ -136,9 +151,10 @@ fn corrupted_code_id_is_refused() {
 
 #[test]
 fn truncated_function_is_refused() {
-    let f = MobileFn::new(Arc::new(String::from("env")), |s: &Arc<String>, x: usize| {
-        s.len() + x
-    });
+    let f = MobileFn::new(
+        Arc::new(String::from("env")),
+        |s: &Arc<String>, x: usize| s.len() + x,
+    );
     let bytes = graph::encode(&f);
     for len in 0..bytes.len() {
         assert!(graph::decode::<MobileFn<usize, usize>>(&bytes[..len]).is_err());

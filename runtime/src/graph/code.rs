@@ -150,23 +150,29 @@ fn conjure<F: Copy + 'static>() -> F {
     unsafe { std::ptr::NonNull::<F>::dangling().as_ptr().read() }
 }
 
+/// A trampoline: decodes an environment and builds a `T` around it.
+type Tramp<T, S> = for<'a, 'b> fn(&'b mut Decoder<'a, S>) -> Result<T, DecodeError>;
+
 /// The trampolines of a `MobileFn<A, R>` read from source `S`.
 pub(crate) struct FnTable<A, R, S: Source> {
-    decode: for<'a, 'b> fn(&'b mut Decoder<'a, S>) -> Result<MobileFn<A, R>, DecodeError>,
+    decode: Tramp<MobileFn<A, R>, S>,
 }
 
 /// The trampolines of a `MobileFnOnce<R>` read from source `S`.
 pub(crate) struct OnceTable<R, S: Source> {
-    decode: for<'a, 'b> fn(&'b mut Decoder<'a, S>) -> Result<MobileFnOnce<R>, DecodeError>,
+    decode: Tramp<MobileFnOnce<R>, S>,
 }
 
+/// A type-level marker of its parameters (never built).
+type Marker<T> = PhantomData<fn() -> T>;
+
 /// Entry kind of a `MobileFn<A, R>` with environment `E` and body `F`.
-pub(crate) struct FnCode<E, A, R, F, S>(PhantomData<fn() -> (E, A, R, F, S)>);
+pub(crate) struct FnCode<E, A, R, F, S>(Marker<(E, A, R, F, S)>);
 /// Entry kind of a `MobileFnOnce<R>` made by [`MobileFnOnce::new`].
-pub(crate) struct OnceCode<E, R, F, S>(PhantomData<fn() -> (E, R, F, S)>);
+pub(crate) struct OnceCode<E, R, F, S>(Marker<(E, R, F, S)>);
 /// Entry kind of a `MobileFnOnce<Encoded>` made by
 /// [`MobileFnOnce::returning`] (body result `R`).
-pub(crate) struct ReturningCode<E, R, F, S>(PhantomData<fn() -> (E, R, F, S)>);
+pub(crate) struct ReturningCode<E, R, F, S>(Marker<(E, R, F, S)>);
 
 impl<E, A, R, F, S> Trampoline for FnCode<E, A, R, F, S>
 where
@@ -435,7 +441,9 @@ fn table_from(path: &str, anchor_at: usize, ranges: &[(usize, usize)]) -> Result
         [one] => one.clone(),
         [] => return Err("graft::graph::code::anchor is not in the symbol table".into()),
         _ => {
-            return Err("the symbol table has several graft crates (graft must be linked once)".into())
+            return Err(
+                "the symbol table has several graft crates (graft must be linked once)".into(),
+            )
         }
     };
     let bias = anchor_at.wrapping_sub(anchor_value as usize);
@@ -513,7 +521,10 @@ fn lookup<T: Any>(id: u64, expected: &str) -> Result<&'static T, DecodeError> {
 
 /// Reads a code reference: the id, then checks it names an entry of table
 /// type `T`.
-fn read_ref<T: Any, S: Source>(d: &mut Decoder<'_, S>, expected: &str) -> Result<&'static T, DecodeError> {
+fn read_ref<T: Any, S: Source>(
+    d: &mut Decoder<'_, S>,
+    expected: &str,
+) -> Result<&'static T, DecodeError> {
     d.field("id")?;
     let id: u64 = d.scalar()?;
     let t = lookup::<T>(id, expected)?;
@@ -598,11 +609,17 @@ mod tests {
     fn names_are_classified() {
         assert!(matches!(
             classify(b"_ZN5graft5graph4code5entry17h0123456789abcdefE"),
-            Some(Found::Entry { id: 0x0123456789abcdef, .. })
+            Some(Found::Entry {
+                id: 0x0123456789abcdef,
+                ..
+            })
         ));
         assert!(matches!(
             classify(b"_ZN5graft5graph4code5entry17h0123456789abcdefE.llvm.1234"),
-            Some(Found::Entry { id: 0x0123456789abcdef, .. })
+            Some(Found::Entry {
+                id: 0x0123456789abcdef,
+                ..
+            })
         ));
         for not in [
             &b"_ZN5graft5graph4code5entry17h0123456789abcdeE"[..],
@@ -616,7 +633,10 @@ mod tests {
         }
         assert!(matches!(
             classify(b"_RINvNtNtCsabc_5graft5graph4code5entryNtB2_5ProbeEB4_"),
-            Some(Found::Entry { v0_crate: Some(_), .. })
+            Some(Found::Entry {
+                v0_crate: Some(_),
+                ..
+            })
         ));
         assert!(matches!(
             classify(b"_RNvNtNtCsabc_5graft5graph4code6anchor"),

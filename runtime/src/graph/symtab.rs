@@ -60,10 +60,7 @@ fn read_at(file: &File, file_len: u64, offset: u64, len: u64) -> Result<Vec<u8>,
 /// A readable reason when the file is not an ELF64 little-endian file, is
 /// malformed, or has no symbol table (it was stripped).
 pub(crate) fn functions(file: &File, mut each: impl FnMut(&[u8], u64)) -> Result<(), String> {
-    let file_len = file
-        .metadata()
-        .map_err(|e| format!("stat: {e}"))?
-        .len();
+    let file_len = file.metadata().map_err(|e| format!("stat: {e}"))?.len();
     let header = read_at(file, file_len, 0, 64)?;
     if header[..4] != *b"\x7fELF" {
         return Err("not an ELF file".into());
@@ -86,7 +83,12 @@ pub(crate) fn functions(file: &File, mut each: impl FnMut(&[u8], u64)) -> Result
         let first = read_at(file, file_len, shoff, SHDR_SIZE as u64)?;
         shnum = u64_at(&first, 32).ok_or_else(bad)?;
     }
-    let shdrs = read_at(file, file_len, shoff, shnum.saturating_mul(SHDR_SIZE as u64))?;
+    let shdrs = read_at(
+        file,
+        file_len,
+        shoff,
+        shnum.saturating_mul(SHDR_SIZE as u64),
+    )?;
     let section = |i: usize| -> Option<(u32, u64, u64, u32, u64)> {
         let at = i.checked_mul(SHDR_SIZE)?;
         Some((
