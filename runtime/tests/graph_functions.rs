@@ -230,3 +230,51 @@ fn code_ids_name_bodies_and_types() {
     assert_eq!(back.call(21), 42);
     assert!(graph::mobile_entries().unwrap() >= 6);
 }
+
+/// Run by `a_stripped_executable_refuses_every_function` in a stripped
+/// copy of this test executable.
+#[test]
+fn stripped_child() {
+    if std::env::var_os("GRAFT_STRIPPED_CHILD").is_none() {
+        return;
+    }
+    let why = graph::mobile_entries().expect_err("no table in a stripped executable");
+    assert!(why.contains("stripped"), "{why}");
+    let f = MobileFn::new(1u8, |a: &u8, b: u8| a + b);
+    assert_eq!(f.code_id(), 0);
+    let err = graph::decode::<MobileFn<u8, u8>>(&graph::encode(&f)).unwrap_err();
+    match &err {
+        DecodeError::NotRegistered { id: 0, detail } => {
+            assert!(detail.contains("stripped"), "{err}")
+        }
+        _ => panic!("{err}"),
+    }
+}
+
+#[test]
+fn a_stripped_executable_refuses_every_function() {
+    let exe = std::env::current_exe().unwrap();
+    let copy = std::env::temp_dir().join(format!("graft-stripped-{}", std::process::id()));
+    std::fs::copy(&exe, &copy).unwrap();
+    let stripped = std::process::Command::new("strip")
+        .arg("--strip-all")
+        .arg(&copy)
+        .status();
+    if !matches!(stripped, Ok(s) if s.success()) {
+        eprintln!("no `strip` here: skipped");
+        let _ = std::fs::remove_file(&copy);
+        return;
+    }
+    let out = std::process::Command::new(&copy)
+        .args(["--exact", "stripped_child", "--nocapture"])
+        .env("GRAFT_STRIPPED_CHILD", "1")
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&copy);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("1 passed"),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
