@@ -577,6 +577,9 @@ impl Node {
             live_cv: Condvar::new(),
             stopping: AtomicBool::new(false),
         });
+        // Reads the table of mobile functions now (and warns now if there
+        // is none), not on the first remote spawn.
+        let _ = crate::graph::mobile_entries();
         let cookie = graft_net::resolve_cookie(config.cookie.as_deref())?;
         let mut net = graft_net::NetConfig::new(name.clone(), addr)
             .creation(creation)
