@@ -98,4 +98,5 @@ impl NodeArgs {
 }
 
 pub mod microsync;
+pub mod shared_code;
 pub mod work_pool;

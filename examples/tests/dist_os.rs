@@ -76,6 +76,10 @@ fn talk_to_a_node_in_another_os_process_and_see_it_die() {
                 matches!(&r, Err(Error::Remote(m)) if m.contains("no mobile function")),
                 "{r:?}"
             );
+            // A body both executables have (from the library they share):
+            // same code id, so the other executable runs it.
+            graft_examples::shared_code::greet_on(id, self_pid()).expect("a shared function");
+            assert!(expect::<String>().starts_with("hello from"));
             let m = monitor(keeper);
             tx.send(()).unwrap();
             let t = Instant::now();

@@ -1,7 +1,8 @@
 //! A plain graft node: starts on an address, joins a seed node, and serves
 //! until killed. It registers `keeper`, a process that answers pings
 //! (`(Pid, String)` → the same string back), so that other nodes have
-//! something to monitor, link to, and talk to.
+//! something to monitor, link to, and talk to (`"greet me"` also gets a
+//! greeting from `graft_examples::shared_code::greet_on`).
 //!
 //! ```text
 //! graft-node --name worker1@127.0.0.1 --listen 127.0.0.1:0 --join 127.0.0.1:4000 --cookie secret
@@ -32,6 +33,11 @@ fn main() {
     let started = node.run(|| {
         let keeper = spawn(|| loop {
             let (from, s): (Pid, String) = expect();
+            if s == "greet me" {
+                // Also links `shared_code`'s mobile function into this
+                // executable, so that other executables may spawn it here.
+                let _ = graft_examples::shared_code::greet_on(this_node(), from);
+            }
             send(from, s);
         });
         register("keeper", keeper)
