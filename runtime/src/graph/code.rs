@@ -70,6 +70,13 @@
 //!
 //! # Requirements and failure modes
 //!
+//! - An executable has the entry of a body only if it contains code that
+//!   builds that function (the entry is instantiated where the body is
+//!   given to `MobileFn::new`, `spawn_on` and the like, and the linker
+//!   drops what nothing references). Within one executable that is always
+//!   so; for another executable to accept a function, it must link the
+//!   library code that makes it (see `graft_examples::shared_code`, spawned
+//!   from a test onto `graft-node`).
 //! - The executable must keep its symbol table. `strip`, or
 //!   `strip = "symbols"` / `strip = true` in a cargo profile, removes it:
 //!   then no function can be sent or received, a warning is logged once,
