@@ -22,5 +22,7 @@ use graft::{send, spawn_on, this_node, Error, NodeId, Pid};
 /// assert!(got.starts_with("hello from"));
 /// ```
 pub fn greet_on(node: NodeId, to: Pid) -> Result<Pid, Error> {
-    spawn_on(node, to, |to| send(to, format!("hello from {}", this_node())))
+    spawn_on(node, to, |to| {
+        send(to, format!("hello from {}", this_node()))
+    })
 }

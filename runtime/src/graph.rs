@@ -94,7 +94,7 @@ pub use code::{fingerprint, mobile_entries};
 pub use decode::Decoder;
 pub use descriptor::{descriptor_of, Describer, Descriptor};
 pub use encode::Encoder;
-pub use error::DecodeError;
+pub use error::{DecodeError, Mismatch};
 pub use func::{Encoded, MobileFn, MobileFnOnce};
 pub use mobile::Mobile;
 pub use wire::{Binary, Format, Scalar, Source, Text, Walk};
@@ -314,12 +314,12 @@ pub fn peek_descriptor(bytes: &[u8]) -> Result<u64, DecodeError> {
 
 fn mismatch<T: Mobile>(found: &str, found_hash: u64) -> DecodeError {
     let want = descriptor_of::<T>();
-    DecodeError::TypeMismatch {
+    DecodeError::TypeMismatch(Box::new(error::Mismatch {
         found: found.to_owned(),
         found_hash,
         expected: want.name().to_owned(),
         expected_hash: want.hash(),
-    }
+    }))
 }
 
 /// Decodes a value of type `T` from the binary form (compressed or not).

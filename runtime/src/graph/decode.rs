@@ -467,10 +467,18 @@ impl<'a, S: Source> Decoder<'a, S> {
         if i < names.len() as u64 {
             Ok(i as u32)
         } else {
-            Err(self.invalid(format!(
-                "variant index {i} out of range (expected one of {names:?})"
-            )))
+            Err(self.bad_variant(i, names))
         }
+    }
+
+    /// Out of line: this inlines into every enum's `decode`, whose frame a
+    /// deep value has once per level.
+    #[cold]
+    #[inline(never)]
+    fn bad_variant(&self, i: u64, names: &[&str]) -> DecodeError {
+        self.invalid(format!(
+            "variant index {i} out of range (expected one of {names:?})"
+        ))
     }
 
     /// Reads the start of a struct or variant body.

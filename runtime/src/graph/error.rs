@@ -12,17 +12,10 @@ pub enum DecodeError {
     Truncated,
     /// The input does not start with the graph magic, or has an unknown version.
     BadHeader(String),
-    /// The data describes another type than the one asked for.
-    TypeMismatch {
-        /// Readable name of the type the data was encoded as.
-        found: String,
-        /// Its descriptor hash.
-        found_hash: u64,
-        /// Readable name of the type the receiver asked for.
-        expected: String,
-        /// Its descriptor hash.
-        expected_hash: u64,
-    },
+    /// The data describes another type than the one asked for. (Boxed:
+    /// every `Result` of the decoder carries a `DecodeError`, and a deep
+    /// value's decode holds one per level on its stack.)
+    TypeMismatch(Box<Mismatch>),
     /// A code reference names no mobile function of this executable: it
     /// was made by a build that has a function this one lacks, or it was
     /// forged or corrupted. Nothing was run.
@@ -48,15 +41,11 @@ impl fmt::Display for DecodeError {
         match self {
             DecodeError::Truncated => f.write_str("truncated input: the data ends inside a value"),
             DecodeError::BadHeader(m) => write!(f, "not a graft graph: {m}"),
-            DecodeError::TypeMismatch {
-                found,
-                found_hash,
-                expected,
-                expected_hash,
-            } => write!(
+            DecodeError::TypeMismatch(m) => write!(
                 f,
-                "type mismatch: the data is a `{found}` (descriptor {found_hash:016x}) \
-                 but a `{expected}` (descriptor {expected_hash:016x}) was expected"
+                "type mismatch: the data is a `{}` (descriptor {:016x}) \
+                 but a `{}` (descriptor {:016x}) was expected",
+                m.found, m.found_hash, m.expected, m.expected_hash
             ),
             DecodeError::NotRegistered { id, detail } => write!(
                 f,
@@ -72,3 +61,34 @@ impl fmt::Display for DecodeError {
 }
 
 impl std::error::Error for DecodeError {}
+
+/// The two sides of a [`DecodeError::TypeMismatch`].
+///
+/// ```
+/// use graft::graph::{self, DecodeError};
+/// let bytes = graph::encode(&1u8);
+/// match graph::decode::<u16>(&bytes) {
+///     Err(DecodeError::TypeMismatch(m)) => assert_eq!((&*m.found, &*m.expected), ("u8", "u16")),
+///     other => panic!("{other:?}"),
+/// }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mismatch {
+    /// Readable name of the type the data was encoded as.
+    pub found: String,
+    /// Its descriptor hash.
+    pub found_hash: u64,
+    /// Readable name of the type the receiver asked for.
+    pub expected: String,
+    /// Its descriptor hash.
+    pub expected_hash: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn small() {
+        // Every level of a deep decode holds a few `Result<T, DecodeError>`.
+        assert!(std::mem::size_of::<super::DecodeError>() <= 32);
+    }
+}
