@@ -477,10 +477,10 @@ fn table_from(path: &str, anchor_at: usize, ranges: &[(usize, usize)]) -> Result
         by_id.entry(id).or_insert(f);
         by_addr.entry(addr).or_insert(id);
     }
-    let probe = entry_addr::<Probe>();
-    match by_addr.get(&probe).and_then(|id| by_id.get(id)) {
-        Some(&f) if f as usize == probe => {}
-        _ => return Err("the symbol table does not match the running code".into()),
+    // The bias and the names are right if a known instance is found where
+    // it runs.
+    if !by_addr.contains_key(&entry_addr::<Probe>()) {
+        return Err("the symbol table does not match the running code".into());
     }
     Ok(Table {
         by_id,
