@@ -64,8 +64,29 @@
 //! name a function that graft registered as mobile (a body given to
 //! `MobileFn::new`, `spawn_on`, `call_on` and the like, found in the
 //! executable's symbol table); any other id is refused with
-//! [`DecodeError::NotRegistered`]. The `code` module's docs give the
-//! protocol, the threat model and which changes keep ids stable.
+//! [`DecodeError::NotRegistered`]; no address or offset from a peer is ever
+//! turned into code. So a peer that passed the handshake can make this node
+//! run the program's mobile functions, on environments it chooses, and
+//! nothing else.
+//!
+//! A body is a non-capturing closure or a fn item (its type has no size
+//! and names its code); a fn pointer or a capturing closure does not build.
+//! Its id (see [`MobileFn::code_id`]) is the compiler's hash of the body's
+//! position (crate, enclosing function, closure index), its types, the wire
+//! format and the crate that instantiated it:
+//!
+//! - it stays the same when the program is rebuilt from the same sources,
+//!   `Cargo.lock`, toolchain, profile, features and target, and when a
+//!   closure's body or unrelated code is edited;
+//! - it changes when the closure moves to another function, when a closure
+//!   is added before it in the same function, when its types change, or
+//!   when a dependency or the toolchain changes.
+//!
+//! Nodes running different executables exchange the functions both have
+//! (the same id): typically those made in a library both link. The table is
+//! read from the executable's symbol table: a stripped executable
+//! (`strip = "symbols"`) can neither send nor receive functions, and
+//! [`mobile_entries`] says why.
 //!
 //! # Limits
 //!
