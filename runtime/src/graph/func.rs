@@ -174,6 +174,12 @@ impl<A: 'static, R: 'static> MobileFn<A, R> {
     /// let body: fn(&u8, u8) -> u8 = |a, b| a + b;
     /// let f = graft::graph::MobileFn::new(1u8, body); // a fn pointer: refused
     /// ```
+    ///
+    /// ```compile_fail
+    /// let k = 5u8;
+    /// // Captures `k` (a `Copy` closure, but not zero-sized): refused.
+    /// let f = graft::graph::MobileFn::new((), move |_: &(), x: u8| x + k);
+    /// ```
     pub fn new<E, F>(env: E, body: F) -> Self
     where
         E: Mobile,
