@@ -62,6 +62,7 @@
 #![forbid(unsafe_code)]
 
 pub mod gen_server;
+pub mod gen_statem;
 pub mod prelude;
 pub mod supervisor;
 
