@@ -457,7 +457,7 @@ impl<M: GenStatem + ?Sized> Clone for StateFn<M> {
 impl<M: GenStatem + ?Sized> Copy for StateFn<M> {}
 impl<M: GenStatem + ?Sized> PartialEq for StateFn<M> {
     fn eq(&self, other: &Self) -> bool {
-        self.name == other.name
+        std::ptr::eq(self.name, other.name) || self.name == other.name
     }
 }
 impl<M: GenStatem + ?Sized> Eq for StateFn<M> {}
@@ -1311,6 +1311,32 @@ impl<M: GenStatem> Machine<M> {
         Ok(())
     }
 
+    /// Applies the common result (stay or go, at most one reply, nothing
+    /// else to do) without the general path; hands any other back.
+    #[inline]
+    fn simple_transition(&mut self, t: Transition<M>) -> Option<Transition<M>> {
+        let changes = match &t.next {
+            Next::Keep => false,
+            Next::State(s) => *s != self.state,
+            Next::Repeat | Next::Stop(_) => return Some(t),
+        };
+        let simple = t.rest.is_empty()
+            && matches!(t.first, None | Some(Action::Reply(..)))
+            && (!changes
+                || (!M::STATE_ENTER && self.postponed.is_empty() && self.state_timer.is_none()));
+        if !simple {
+            return Some(t);
+        }
+        let Transition { next, first, .. } = t;
+        if let Next::State(s) = next {
+            self.state = s;
+        }
+        if let Some(Action::Reply(from, v)) = first {
+            from.reply(v);
+        }
+        None
+    }
+
     /// The next event: a queued one, else one from the mailbox. `Err`: a
     /// stop request, or the parent's exit signal.
     fn next_event(&mut self, parent: Option<Pid>) -> Result<Event<M>, ExitReason> {
@@ -1467,8 +1493,10 @@ fn run_inner<M: GenStatem, A: FnOnce(Result<(), StartError>)>(
                 Ok(t) => t,
                 Err(reason) => break reason,
             };
-            if let Err(reason) = m.transition(&mut machine, t, Context::Event) {
-                break reason;
+            if let Some(t) = m.simple_transition(t) {
+                if let Err(reason) = m.transition(&mut machine, t, Context::Event) {
+                    break reason;
+                }
             }
         },
     };
