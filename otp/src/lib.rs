@@ -65,5 +65,6 @@ pub mod gen_server;
 pub mod gen_statem;
 pub mod prelude;
 pub mod supervisor;
+pub mod task;
 
 pub use graft;
