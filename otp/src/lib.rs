@@ -61,6 +61,7 @@
 //! for graft's distribution layer.
 #![forbid(unsafe_code)]
 
+pub mod erpc;
 pub mod gen_server;
 pub mod gen_statem;
 pub mod prelude;
