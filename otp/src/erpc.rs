@@ -53,6 +53,7 @@ use graft::{
 };
 use std::fmt;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Why a remote call gave no value (OTP's `{erpc, Reason}` and
@@ -101,6 +102,31 @@ struct HelperResult {
 }
 impl graft::Message for HelperResult {}
 
+/// Lets helpers report to a caller only while it still waits: a helper
+/// sends while holding the lock and only if the gate is open; the caller
+/// closes it (under the same lock) when it stops waiting, then drops what
+/// got in before. So no late result ever lands in the caller's mailbox.
+#[derive(Debug, Default)]
+pub(crate) struct Gate(Mutex<bool>);
+
+impl Gate {
+    pub(crate) fn open() -> Arc<Gate> {
+        Arc::new(Gate(Mutex::new(true)))
+    }
+
+    /// Runs `send` (which must not yield: a local send) if still open.
+    pub(crate) fn send_if_open(&self, send: impl FnOnce()) {
+        let open = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if *open {
+            send();
+        }
+    }
+
+    pub(crate) fn close(&self) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = false;
+    }
+}
+
 /// The caller gave up on the request `tag`.
 struct GiveUp(MonitorRef);
 impl graft::Message for GiveUp {}
@@ -122,8 +148,15 @@ pub fn call<E: Mobile, R: Mobile>(
     timeout: Duration,
 ) -> Result<R, ErpcError> {
     let tag = make_ref();
-    let helper = start_helper(self_pid(), tag, 0, node, MobileFnOnce::returning(env, f));
-    let mut got = collect(tag, &[helper], Instant::now() + timeout);
+    let gate = Gate::open();
+    let helper = start_helper(
+        self_pid(),
+        (tag, gate.clone()),
+        0,
+        node,
+        MobileFnOnce::returning(env, f),
+    );
+    let mut got = collect(tag, &gate, &[helper], Instant::now() + timeout);
     decode(got.pop().unwrap_or(Err(ErpcError::Timeout)))
 }
 
@@ -156,12 +189,16 @@ pub fn multicall<E: Mobile + Clone, R: Mobile>(
     let deadline = Instant::now() + timeout;
     let me = self_pid();
     let tag = make_ref();
+    let gate = Gate::open();
     let helpers: Vec<Pid> = nodes
         .iter()
         .enumerate()
-        .map(|(i, &node)| start_helper(me, tag, i, node, MobileFnOnce::returning(env.clone(), f)))
+        .map(|(i, &node)| {
+            let f = MobileFnOnce::returning(env.clone(), f);
+            start_helper(me, (tag, gate.clone()), i, node, f)
+        })
         .collect();
-    collect(tag, &helpers, deadline)
+    collect(tag, &gate, &helpers, deadline)
         .into_iter()
         .map(decode)
         .collect()
@@ -200,7 +237,12 @@ fn decode<R: Mobile>(r: Result<Encoded, ErpcError>) -> Result<R, ErpcError> {
 
 /// Waits until `deadline` for the results of `helpers` (index order);
 /// tells the unfinished ones to give up.
-fn collect(tag: MonitorRef, helpers: &[Pid], deadline: Instant) -> Vec<Result<Encoded, ErpcError>> {
+fn collect(
+    tag: MonitorRef,
+    gate: &Gate,
+    helpers: &[Pid],
+    deadline: Instant,
+) -> Vec<Result<Encoded, ErpcError>> {
     let mut out: Vec<Option<Result<Encoded, ErpcError>>> = helpers.iter().map(|_| None).collect();
     let mut left = helpers.len();
     while left > 0 {
@@ -217,13 +259,13 @@ fn collect(tag: MonitorRef, helpers: &[Pid], deadline: Instant) -> Vec<Result<En
             *slot = Some(r.result);
         }
     }
+    gate.close();
     for (slot, &helper) in out.iter().zip(helpers) {
         if slot.is_none() {
             send(helper, GiveUp(tag));
         }
     }
-    // A result that raced with the give-up is dropped here (a helper sends
-    // at most one).
+    // A result sent before the gate closed is dropped here.
     while receive()
         .when(move |r: &HelperResult| r.tag == tag, |_: HelperResult| ())
         .timeout(Duration::ZERO)
@@ -271,7 +313,7 @@ fn remote_body((caller, tag, f): (Pid, MonitorRef, MobileFnOnce<Encoded>)) {
 /// reports to `caller`.
 fn start_helper(
     caller: Pid,
-    tag: MonitorRef,
+    (tag, gate): (MonitorRef, Arc<Gate>),
     index: usize,
     node: NodeId,
     f: MobileFnOnce<Encoded>,
@@ -314,13 +356,15 @@ fn start_helper(
                 }
             }
         };
-        send(
-            caller,
-            HelperResult {
-                tag,
-                index,
-                result,
-            },
-        );
+        gate.send_if_open(|| {
+            send(
+                caller,
+                HelperResult {
+                    tag,
+                    index,
+                    result,
+                },
+            )
+        });
     })
 }

@@ -63,6 +63,7 @@
 
 pub mod erpc;
 pub mod gen_server;
+pub mod gen_server_multi;
 pub mod gen_statem;
 pub mod prelude;
 pub mod supervisor;
