@@ -1346,7 +1346,7 @@ impl<M: GenStatem> Machine<M> {
         loop {
             if self.hibernate {
                 self.hibernate = false;
-                crate::gen_statem::hibernate_stub();
+                graft::hibernate();
             }
             let incoming = receive()
                 .on(|r: RequestOf<M>| Incoming::<M>::Request(r))
@@ -1521,5 +1521,3 @@ fn run_inner<M: GenStatem, A: FnOnce(Result<(), StartError>)>(
     }
     reason
 }
-
-fn hibernate_stub() {}

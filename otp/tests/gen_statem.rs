@@ -191,6 +191,7 @@ enum Act {
     CancelTimeout(&'static str),
     CancelStateTimeout,
     Sleep(u64),
+    Hibernate,
     Panic,
 }
 
@@ -240,6 +241,7 @@ impl<const ENTER: bool> Rec<ENTER> {
                     sleep(ms(d));
                     t
                 }
+                Act::Hibernate => t.hibernate(),
                 Act::Panic => panic!("scripted panic"),
             };
         }
@@ -506,6 +508,9 @@ otp_test! {
         let m = rec::<false>();
         send(m.pid(), 7u32);
         assert_eq!(seen_n(1), ["0: info u32"]);
+        // A hibernated machine wakes up on the next message.
+        cast(m, "h", vec![Act::Hibernate, Act::StateTimeout(5, "after")]);
+        assert_eq!(seen_n(2), ["0: cast h", "0: state_timeout after"]);
         assert_eq!(m.call(Cmd("q", vec![Act::To(3)])).unwrap(), 0);
         assert_eq!(seen_n(1), ["0: cast q"]);
         graft::unlink(m.pid());
