@@ -232,7 +232,10 @@ pub fn cast<E: Mobile>(node: NodeId, env: E, f: fn(E)) {
 }
 
 fn decode<R: Mobile>(r: Result<Encoded, ErpcError>) -> Result<R, ErpcError> {
-    r.and_then(|e| e.decode::<R>().map_err(|e| ErpcError::Decode(e.to_string())))
+    r.and_then(|e| {
+        e.decode::<R>()
+            .map_err(|e| ErpcError::Decode(e.to_string()))
+    })
 }
 
 /// Waits until `deadline` for the results of `helpers` (index order);
@@ -356,15 +359,6 @@ fn start_helper(
                 }
             }
         };
-        gate.send_if_open(|| {
-            send(
-                caller,
-                HelperResult {
-                    tag,
-                    index,
-                    result,
-                },
-            )
-        });
+        gate.send_if_open(|| send(caller, HelperResult { tag, index, result }));
     })
 }

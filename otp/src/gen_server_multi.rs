@@ -113,14 +113,17 @@ where
                 }
                 _ => None,
             };
-            gate.send_if_open(|| { send(me, Answer { tag, index, reply }) });
+            gate.send_if_open(|| send(me, Answer { tag, index, reply }));
         });
     }
     let mut got: Vec<Option<Option<S::Reply>>> = nodes.iter().map(|_| None).collect();
     let mut left = nodes.len();
     while left > 0 {
         let Some(a) = receive()
-            .when(move |a: &Answer<S::Reply>| a.tag == tag, |a: Answer<S::Reply>| a)
+            .when(
+                move |a: &Answer<S::Reply>| a.tag == tag,
+                |a: Answer<S::Reply>| a,
+            )
             .deadline(deadline)
         else {
             break;
@@ -134,7 +137,10 @@ where
     }
     gate.close();
     while receive()
-        .when(move |a: &Answer<S::Reply>| a.tag == tag, |_: Answer<S::Reply>| ())
+        .when(
+            move |a: &Answer<S::Reply>| a.tag == tag,
+            |_: Answer<S::Reply>| (),
+        )
         .timeout(Duration::ZERO)
         .is_some()
     {}

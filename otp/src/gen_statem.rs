@@ -1227,8 +1227,10 @@ impl<M: GenStatem> Machine<M> {
                         cancel(Some(self.named.swap_remove(i).1));
                     }
                 }
-                Action::Reply(..) | Action::Postpone(_) | Action::NextEvent(_) | Action::Hibernate => {
-                }
+                Action::Reply(..)
+                | Action::Postpone(_)
+                | Action::NextEvent(_)
+                | Action::Hibernate => {}
             }
         }
     }

@@ -461,7 +461,9 @@ impl TaskSupervisor {
     ///
     /// As [`DynamicSupervisor::start`].
     pub fn start() -> Result<TaskSupervisor, StartError> {
-        Self::builder().start().map(|handle| TaskSupervisor { handle })
+        Self::builder()
+            .start()
+            .map(|handle| TaskSupervisor { handle })
     }
 
     /// Starts one registered under `name`.

@@ -68,7 +68,9 @@ fn call_reports_values_exceptions_timeouts_and_noconnection() {
         );
         assert_eq!(
             erpc::call(b_id, 0u8, |_| -> u8 { panic!("remote boom") }, HANG),
-            Err(ErpcError::Exception(ExitReason::Other("remote boom".into())))
+            Err(ErpcError::Exception(ExitReason::Other(
+                "remote boom".into()
+            )))
         );
         assert_eq!(
             erpc::call(c_id, (), |()| 1u8, HANG),

@@ -92,12 +92,22 @@ fn a_slow_node_is_bad_and_its_late_reply_never_arrives() {
     let (a, _b, _d, ids) = cluster();
     let [a_id, b_id, ..] = ids;
     a.run(move || {
-        let (replies, bad) =
-            multi_call::<Log>(&[a_id, b_id], "log", Ask::Slow(b_id, 400), Duration::from_millis(150));
+        let (replies, bad) = multi_call::<Log>(
+            &[a_id, b_id],
+            "log",
+            Ask::Slow(b_id, 400),
+            Duration::from_millis(150),
+        );
         assert_eq!(replies, [(a_id, (vec![], a_id))]);
         assert_eq!(bad, [b_id]);
         sleep(Duration::from_millis(600));
-        assert!(receive().any(|u: Unknown| u).timeout(Duration::ZERO).is_none(), "a stray reply");
+        assert!(
+            receive()
+                .any(|u: Unknown| u)
+                .timeout(Duration::ZERO)
+                .is_none(),
+            "a stray reply"
+        );
     })
     .unwrap();
 }

@@ -117,61 +117,62 @@ fn door() -> Door {
 mod code_lock {
     use super::*;
 
-otp_test! {
-    fn code_lock_opens_on_the_code_relocks_on_its_state_timeout_and_postpones_buttons() {
-        let lock = gen_statem::start_named(
-            "code_lock",
-            CodeLock {
-                code: vec![1, 2, 3],
+    otp_test! {
+        fn code_lock_opens_on_the_code_relocks_on_its_state_timeout_and_postpones_buttons() {
+            let lock = gen_statem::start_named(
+                "code_lock",
+                CodeLock {
+                    code: vec![1, 2, 3],
+                    buttons: vec![],
+                    observer: self_pid(),
+                    open_time: ms(100),
+                    button_time: Duration::from_secs(30),
+                },
+            )
+            .unwrap();
+            assert_eq!(Statem::<CodeLock>::whereis("code_lock"), Some(lock));
+            // The initial state's enter call locks.
+            assert_eq!(door(), Door::Locked);
+            assert_eq!(lock.call(CodeLength).unwrap(), 3);
+            // A wrong prefix, then the code: only the last three count.
+            for b in [9, 1, 2, 3] {
+                lock.cast(Button(b));
+            }
+            assert_eq!(door(), Door::Unlocked);
+            // Buttons pressed while open are postponed, then replayed in the
+            // locked state after the state timeout: 1, 2, 3 opens it again.
+            for b in [1, 2, 3] {
+                lock.cast(Button(b));
+            }
+            assert_eq!(lock.call(CodeLength).unwrap(), 3, "calls are not postponed");
+            assert_eq!(door(), Door::Locked, "the state timeout locks");
+            assert_eq!(door(), Door::Unlocked, "the postponed buttons opened it again");
+            assert_eq!(door(), Door::Locked);
+            lock.stop(ExitReason::Normal).unwrap();
+            assert!(mailbox_now().is_empty());
+        }
+
+        fn code_lock_event_timeout_clears_the_typed_buttons() {
+            let lock = gen_statem::start(CodeLock {
+                code: vec![1, 2],
                 buttons: vec![],
                 observer: self_pid(),
-                open_time: ms(100),
-                button_time: Duration::from_secs(30),
-            },
-        )
-        .unwrap();
-        assert_eq!(Statem::<CodeLock>::whereis("code_lock"), Some(lock));
-        // The initial state's enter call locks.
-        assert_eq!(door(), Door::Locked);
-        assert_eq!(lock.call(CodeLength).unwrap(), 3);
-        // A wrong prefix, then the code: only the last three count.
-        for b in [9, 1, 2, 3] {
-            lock.cast(Button(b));
+                open_time: Duration::from_secs(30),
+                button_time: ms(20),
+            })
+            .unwrap();
+            assert_eq!(door(), Door::Locked);
+            lock.cast(Button(1));
+            // Wait past the button timeout; the `1` is forgotten.
+            sleep(ms(150));
+            lock.cast(Button(2));
+            lock.cast(Button(1));
+            lock.cast(Button(2));
+            assert_eq!(door(), Door::Unlocked, "the code after a cleared prefix opens");
+            lock.stop(ExitReason::Normal).unwrap();
         }
-        assert_eq!(door(), Door::Unlocked);
-        // Buttons pressed while open are postponed, then replayed in the
-        // locked state after the state timeout: 1, 2, 3 opens it again.
-        for b in [1, 2, 3] {
-            lock.cast(Button(b));
-        }
-        assert_eq!(lock.call(CodeLength).unwrap(), 3, "calls are not postponed");
-        assert_eq!(door(), Door::Locked, "the state timeout locks");
-        assert_eq!(door(), Door::Unlocked, "the postponed buttons opened it again");
-        assert_eq!(door(), Door::Locked);
-        lock.stop(ExitReason::Normal).unwrap();
-        assert!(mailbox_now().is_empty());
     }
-
-    fn code_lock_event_timeout_clears_the_typed_buttons() {
-        let lock = gen_statem::start(CodeLock {
-            code: vec![1, 2],
-            buttons: vec![],
-            observer: self_pid(),
-            open_time: Duration::from_secs(30),
-            button_time: ms(20),
-        })
-        .unwrap();
-        assert_eq!(door(), Door::Locked);
-        lock.cast(Button(1));
-        // Wait past the button timeout; the `1` is forgotten.
-        sleep(ms(150));
-        lock.cast(Button(2));
-        lock.cast(Button(1));
-        lock.cast(Button(2));
-        assert_eq!(door(), Door::Unlocked, "the code after a cleared prefix opens");
-        lock.stop(ExitReason::Normal).unwrap();
-    }
-}}
+}
 
 // ---------------------------------------------------------------------------
 // A scriptable machine that reports every event it gets, in handle-event
@@ -215,7 +216,12 @@ impl<const ENTER: bool> Rec<ENTER> {
         send(self.obs, Seen(state, what));
     }
 
-    fn script(&mut self, state: u8, cmd: Cmd, from: Option<gen_statem::ReplyTo<u8>>) -> Transition<Self> {
+    fn script(
+        &mut self,
+        state: u8,
+        cmd: Cmd,
+        from: Option<gen_statem::ReplyTo<u8>>,
+    ) -> Transition<Self> {
         let Cmd(label, acts) = cmd.clone();
         let mut t = Transition::keep();
         let mut postponed = false;
@@ -357,195 +363,196 @@ fn nothing_more() {
 mod scripted {
     use super::*;
 
-otp_test! {
-    fn enter_calls_run_for_the_initial_state_each_change_and_repeats_only() {
-        let m = rec::<true>();
-        assert_eq!(seen_n(1), ["0: enter 0"]);
-        cast(m, "a", vec![Act::To(1)]);
-        cast(m, "b", vec![Act::To(1)]); // same state: no enter
-        cast(m, "c", vec![]);
-        cast(m, "d", vec![Act::Repeat]);
-        cast(m, "e", vec![Act::To(0)]);
-        assert_eq!(
-            seen_n(7),
-            ["0: cast a", "1: enter 0", "1: cast b", "1: cast c", "1: cast d", "1: enter 1", "1: cast e"]
-        );
-        assert_eq!(seen_n(1), ["0: enter 1"]);
-        nothing_more();
-    }
+    otp_test! {
+        fn enter_calls_run_for_the_initial_state_each_change_and_repeats_only() {
+            let m = rec::<true>();
+            assert_eq!(seen_n(1), ["0: enter 0"]);
+            cast(m, "a", vec![Act::To(1)]);
+            cast(m, "b", vec![Act::To(1)]); // same state: no enter
+            cast(m, "c", vec![]);
+            cast(m, "d", vec![Act::Repeat]);
+            cast(m, "e", vec![Act::To(0)]);
+            assert_eq!(
+                seen_n(7),
+                ["0: cast a", "1: enter 0", "1: cast b", "1: cast c", "1: cast d", "1: enter 1", "1: cast e"]
+            );
+            assert_eq!(seen_n(1), ["0: enter 1"]);
+            nothing_more();
+        }
 
-    fn an_enter_call_may_set_a_state_timeout_but_not_change_state() {
-        let m = gen_statem::start(Rec::<true> {
-            obs: self_pid(),
-            on_enter: vec![(1, Act::StateTimeout(10, "from_enter")), (2, Act::To(0))],
-        })
-        .unwrap();
-        assert_eq!(seen_n(1), ["0: enter 0"]);
-        cast(m, "a", vec![Act::To(1)]);
-        assert_eq!(seen_n(3), ["0: cast a", "1: enter 0", "1: state_timeout from_enter"]);
-        // An enter call that changes state is a bad return: the machine stops.
-        let r = monitor(m.pid());
-        graft::unlink(m.pid());
-        cast(m, "b", vec![Act::To(2)]);
-        assert_eq!(seen_n(2), ["1: cast b", "2: enter 1"]);
-        let reason = down_reason(r);
-        assert!(matches!(&reason, ExitReason::Other(s) if s.contains("bad return")), "{reason:?}");
-        assert!(seen().1.starts_with("terminate"));
-    }
+        fn an_enter_call_may_set_a_state_timeout_but_not_change_state() {
+            let m = gen_statem::start(Rec::<true> {
+                obs: self_pid(),
+                on_enter: vec![(1, Act::StateTimeout(10, "from_enter")), (2, Act::To(0))],
+            })
+            .unwrap();
+            assert_eq!(seen_n(1), ["0: enter 0"]);
+            cast(m, "a", vec![Act::To(1)]);
+            assert_eq!(seen_n(3), ["0: cast a", "1: enter 0", "1: state_timeout from_enter"]);
+            // An enter call that changes state is a bad return: the machine stops.
+            let r = monitor(m.pid());
+            graft::unlink(m.pid());
+            cast(m, "b", vec![Act::To(2)]);
+            assert_eq!(seen_n(2), ["1: cast b", "2: enter 1"]);
+            let reason = down_reason(r);
+            assert!(matches!(&reason, ExitReason::Other(s) if s.contains("bad return")), "{reason:?}");
+            assert!(seen().1.starts_with("terminate"));
+        }
 
-    fn postponed_events_are_retried_in_order_after_a_state_change_only() {
-        let m = rec::<false>();
-        cast(m, "p1", vec![Act::PostponeIn(0)]);
-        cast(m, "p2", vec![Act::PostponeIn(0)]);
-        cast(m, "x", vec![]);
-        cast(m, "p3", vec![Act::PostponeIn(0)]);
-        cast(m, "same", vec![Act::To(0)]); // not a change: nothing retried
-        cast(m, "go", vec![Act::To(1)]);
-        assert_eq!(
-            seen_n(9),
-            [
-                "0: postpone p1", "0: postpone p2", "0: cast x", "0: postpone p3", "0: cast same",
-                "0: cast go", "1: cast p1", "1: cast p2", "1: cast p3",
-            ]
-        );
-        nothing_more();
-    }
+        fn postponed_events_are_retried_in_order_after_a_state_change_only() {
+            let m = rec::<false>();
+            cast(m, "p1", vec![Act::PostponeIn(0)]);
+            cast(m, "p2", vec![Act::PostponeIn(0)]);
+            cast(m, "x", vec![]);
+            cast(m, "p3", vec![Act::PostponeIn(0)]);
+            cast(m, "same", vec![Act::To(0)]); // not a change: nothing retried
+            cast(m, "go", vec![Act::To(1)]);
+            assert_eq!(
+                seen_n(9),
+                [
+                    "0: postpone p1", "0: postpone p2", "0: cast x", "0: postpone p3", "0: cast same",
+                    "0: cast go", "1: cast p1", "1: cast p2", "1: cast p3",
+                ]
+            );
+            nothing_more();
+        }
 
-    fn a_postponed_event_is_postponed_again_and_keeps_its_place() {
-        let m = rec::<false>();
-        cast(m, "p1", vec![Act::PostponeIn(0), Act::PostponeIn(1)]);
-        cast(m, "p2", vec![Act::PostponeIn(0)]);
-        cast(m, "go", vec![Act::To(1)]);
-        cast(m, "back", vec![Act::To(2)]);
-        assert_eq!(
-            seen_n(7),
-            [
-                "0: postpone p1", "0: postpone p2", "0: cast go", "1: postpone p1", "1: cast p2",
-                "1: cast back", "2: cast p1",
-            ]
-        );
-        nothing_more();
-    }
+        fn a_postponed_event_is_postponed_again_and_keeps_its_place() {
+            let m = rec::<false>();
+            cast(m, "p1", vec![Act::PostponeIn(0), Act::PostponeIn(1)]);
+            cast(m, "p2", vec![Act::PostponeIn(0)]);
+            cast(m, "go", vec![Act::To(1)]);
+            cast(m, "back", vec![Act::To(2)]);
+            assert_eq!(
+                seen_n(7),
+                [
+                    "0: postpone p1", "0: postpone p2", "0: cast go", "1: postpone p1", "1: cast p2",
+                    "1: cast back", "2: cast p1",
+                ]
+            );
+            nothing_more();
+        }
 
-    fn next_events_run_first_in_order_before_queued_and_retried_events() {
-        let m = rec::<true>();
-        assert_eq!(seen_n(1), ["0: enter 0"]);
-        // Keep the machine busy so that "a" and "b" are both queued.
-        cast(m, "busy", vec![Act::Sleep(30)]);
-        cast(m, "a", vec![Act::Next("n1"), Act::Next("n2")]);
-        cast(m, "b", vec![]);
-        assert_eq!(
-            seen_n(5),
-            ["0: cast busy", "0: cast a", "0: internal n1", "0: internal n2", "0: cast b"]
-        );
-        // With a state change: the enter call first, then the inserted
-        // events, then the retried postponed one.
-        cast(m, "p", vec![Act::PostponeIn(0)]);
-        cast(m, "go", vec![Act::To(1), Act::Next("n3")]);
-        assert_eq!(
-            seen_n(5),
-            ["0: postpone p", "0: cast go", "1: enter 0", "1: internal n3", "1: cast p"]
-        );
-        nothing_more();
-    }
+        fn next_events_run_first_in_order_before_queued_and_retried_events() {
+            let m = rec::<true>();
+            assert_eq!(seen_n(1), ["0: enter 0"]);
+            // Keep the machine busy so that "a" and "b" are both queued.
+            cast(m, "busy", vec![Act::Sleep(30)]);
+            cast(m, "a", vec![Act::Next("n1"), Act::Next("n2")]);
+            cast(m, "b", vec![]);
+            assert_eq!(
+                seen_n(5),
+                ["0: cast busy", "0: cast a", "0: internal n1", "0: internal n2", "0: cast b"]
+            );
+            // With a state change: the enter call first, then the inserted
+            // events, then the retried postponed one.
+            cast(m, "p", vec![Act::PostponeIn(0)]);
+            cast(m, "go", vec![Act::To(1), Act::Next("n3")]);
+            assert_eq!(
+                seen_n(5),
+                ["0: postpone p", "0: cast go", "1: enter 0", "1: internal n3", "1: cast p"]
+            );
+            nothing_more();
+        }
 
-    fn an_event_timeout_fires_when_idle_and_any_event_cancels_it() {
-        let m = rec::<false>();
-        cast(m, "a", vec![Act::EventTimeout(10, "e1")]);
-        assert_eq!(seen_n(2), ["0: cast a", "0: event_timeout e1"]);
-        // "c" is queued when "b" sets its event timeout: it cancels it.
-        cast(m, "busy", vec![Act::Sleep(30)]);
-        cast(m, "b", vec![Act::EventTimeout(200, "e2")]);
-        cast(m, "c", vec![Act::Timeout("g", 400, "done")]);
-        assert_eq!(seen_n(4), ["0: cast busy", "0: cast b", "0: cast c", "0: timeout g done"]);
-        // An inserted event cancels it too (it is not even started).
-        cast(m, "d", vec![Act::EventTimeout(0, "e3"), Act::Next("n")]);
-        cast(m, "e", vec![Act::EventTimeout(0, "e4")]);
-        assert_eq!(
-            seen_n(4),
-            ["0: cast d", "0: internal n", "0: cast e", "0: event_timeout e4"]
-        );
-        nothing_more();
-    }
+        fn an_event_timeout_fires_when_idle_and_any_event_cancels_it() {
+            let m = rec::<false>();
+            cast(m, "a", vec![Act::EventTimeout(10, "e1")]);
+            assert_eq!(seen_n(2), ["0: cast a", "0: event_timeout e1"]);
+            // "c" is queued when "b" sets its event timeout: it cancels it.
+            cast(m, "busy", vec![Act::Sleep(30)]);
+            cast(m, "b", vec![Act::EventTimeout(200, "e2")]);
+            cast(m, "c", vec![Act::Timeout("g", 400, "done")]);
+            assert_eq!(seen_n(4), ["0: cast busy", "0: cast b", "0: cast c", "0: timeout g done"]);
+            // An inserted event cancels it too (it is not even started).
+            cast(m, "d", vec![Act::EventTimeout(0, "e3"), Act::Next("n")]);
+            cast(m, "e", vec![Act::EventTimeout(0, "e4")]);
+            assert_eq!(
+                seen_n(4),
+                ["0: cast d", "0: internal n", "0: cast e", "0: event_timeout e4"]
+            );
+            nothing_more();
+        }
 
-    fn a_state_timeout_survives_events_but_not_a_state_change() {
-        let m = rec::<false>();
-        cast(m, "a", vec![Act::StateTimeout(30, "s1")]);
-        cast(m, "b", vec![]);
-        assert_eq!(seen_n(3), ["0: cast a", "0: cast b", "0: state_timeout s1"]);
-        cast(m, "c", vec![Act::StateTimeout(100, "s2")]);
-        cast(m, "d", vec![Act::To(1)]);
-        cast(m, "e", vec![Act::Timeout("g", 300, "done")]);
-        assert_eq!(seen_n(4), ["0: cast c", "0: cast d", "1: cast e", "1: timeout g done"]);
-        // Setting it again restarts it (the first payload never arrives);
-        // cancelling stops it.
-        cast(m, "f", vec![Act::StateTimeout(100, "s3")]);
-        cast(m, "g", vec![Act::StateTimeout(20, "s4")]);
-        assert_eq!(seen_n(3), ["1: cast f", "1: cast g", "1: state_timeout s4"]);
-        cast(m, "h", vec![Act::StateTimeout(50, "s5")]);
-        cast(m, "i", vec![Act::CancelStateTimeout, Act::Timeout("g", 200, "done2")]);
-        assert_eq!(seen_n(3), ["1: cast h", "1: cast i", "1: timeout g done2"]);
-        // A zero state timeout comes at once, after queued events.
-        cast(m, "j", vec![Act::StateTimeout(0, "s0"), Act::Next("n")]);
-        assert_eq!(seen_n(3), ["1: cast j", "1: internal n", "1: state_timeout s0"]);
-        nothing_more();
-    }
+        fn a_state_timeout_survives_events_but_not_a_state_change() {
+            let m = rec::<false>();
+            cast(m, "a", vec![Act::StateTimeout(30, "s1")]);
+            cast(m, "b", vec![]);
+            assert_eq!(seen_n(3), ["0: cast a", "0: cast b", "0: state_timeout s1"]);
+            cast(m, "c", vec![Act::StateTimeout(100, "s2")]);
+            cast(m, "d", vec![Act::To(1)]);
+            cast(m, "e", vec![Act::Timeout("g", 300, "done")]);
+            assert_eq!(seen_n(4), ["0: cast c", "0: cast d", "1: cast e", "1: timeout g done"]);
+            // Setting it again restarts it (the first payload never arrives);
+            // cancelling stops it.
+            cast(m, "f", vec![Act::StateTimeout(100, "s3")]);
+            cast(m, "g", vec![Act::StateTimeout(20, "s4")]);
+            assert_eq!(seen_n(3), ["1: cast f", "1: cast g", "1: state_timeout s4"]);
+            cast(m, "h", vec![Act::StateTimeout(50, "s5")]);
+            cast(m, "i", vec![Act::CancelStateTimeout, Act::Timeout("g", 200, "done2")]);
+            assert_eq!(seen_n(3), ["1: cast h", "1: cast i", "1: timeout g done2"]);
+            // A zero state timeout comes at once, after queued events.
+            cast(m, "j", vec![Act::StateTimeout(0, "s0"), Act::Next("n")]);
+            assert_eq!(seen_n(3), ["1: cast j", "1: internal n", "1: state_timeout s0"]);
+            nothing_more();
+        }
 
-    fn generic_timeouts_are_named_restarted_cancelled_and_outlive_state_changes() {
-        let m = rec::<false>();
-        cast(m, "a", vec![Act::Timeout("x", 150, "x1"), Act::Timeout("y", 50, "y1")]);
-        cast(m, "b", vec![Act::To(1), Act::Timeout("x", 10, "x2")]);
-        let mut got = seen_n(4);
-        got[2..].sort();
-        assert_eq!(got, ["0: cast a", "0: cast b", "1: timeout x x2", "1: timeout y y1"]);
-        cast(m, "c", vec![Act::Timeout("z", 50, "z1")]);
-        cast(m, "d", vec![Act::CancelTimeout("z"), Act::Timeout("w", 200, "w1")]);
-        assert_eq!(seen_n(3), ["1: cast c", "1: cast d", "1: timeout w w1"]);
-        nothing_more();
-    }
+        fn generic_timeouts_are_named_restarted_cancelled_and_outlive_state_changes() {
+            let m = rec::<false>();
+            cast(m, "a", vec![Act::Timeout("x", 150, "x1"), Act::Timeout("y", 50, "y1")]);
+            cast(m, "b", vec![Act::To(1), Act::Timeout("x", 10, "x2")]);
+            let mut got = seen_n(4);
+            got[2..].sort();
+            assert_eq!(got, ["0: cast a", "0: cast b", "1: timeout x x2", "1: timeout y y1"]);
+            cast(m, "c", vec![Act::Timeout("z", 50, "z1")]);
+            cast(m, "d", vec![Act::CancelTimeout("z"), Act::Timeout("w", 200, "w1")]);
+            assert_eq!(seen_n(3), ["1: cast c", "1: cast d", "1: timeout w w1"]);
+            nothing_more();
+        }
 
-    fn info_messages_calls_and_stop_with_a_reply() {
-        let m = rec::<false>();
-        send(m.pid(), 7u32);
-        assert_eq!(seen_n(1), ["0: info u32"]);
-        // A hibernated machine wakes up on the next message.
-        cast(m, "h", vec![Act::Hibernate, Act::StateTimeout(5, "after")]);
-        assert_eq!(seen_n(2), ["0: cast h", "0: state_timeout after"]);
-        assert_eq!(m.call(Cmd("q", vec![Act::To(3)])).unwrap(), 0);
-        assert_eq!(seen_n(1), ["0: cast q"]);
-        graft::unlink(m.pid());
-        let r = monitor(m.pid());
-        // stop_and_reply: the reply is sent, then terminate runs.
-        let answer = m.call(Cmd("bye", vec![Act::Stop(ExitReason::Shutdown)]));
-        assert_eq!(answer, Ok(3));
-        assert_eq!(seen_n(2), ["3: cast bye", "3: terminate shutdown"]);
-        assert_eq!(down_reason(r), ExitReason::Shutdown);
-        assert_eq!(m.call(Cmd("late", vec![])), Err(CallError::NoProc));
-    }
+        fn info_messages_calls_and_stop_with_a_reply() {
+            let m = rec::<false>();
+            send(m.pid(), 7u32);
+            assert_eq!(seen_n(1), ["0: info u32"]);
+            // A hibernated machine wakes up on the next message.
+            cast(m, "h", vec![Act::Hibernate, Act::StateTimeout(5, "after")]);
+            assert_eq!(seen_n(2), ["0: cast h", "0: state_timeout after"]);
+            assert_eq!(m.call(Cmd("q", vec![Act::To(3)])).unwrap(), 0);
+            assert_eq!(seen_n(1), ["0: cast q"]);
+            graft::unlink(m.pid());
+            let r = monitor(m.pid());
+            // stop_and_reply: the reply is sent, then terminate runs.
+            let answer = m.call(Cmd("bye", vec![Act::Stop(ExitReason::Shutdown)]));
+            assert_eq!(answer, Ok(3));
+            assert_eq!(seen_n(2), ["3: cast bye", "3: terminate shutdown"]);
+            assert_eq!(down_reason(r), ExitReason::Shutdown);
+            assert_eq!(m.call(Cmd("late", vec![])), Err(CallError::NoProc));
+        }
 
-    fn a_panic_stops_the_machine_after_terminate_and_stop_runs_terminate() {
-        let m = rec::<false>();
-        graft::unlink(m.pid());
-        let r = monitor(m.pid());
-        cast(m, "boom", vec![Act::Panic]);
-        assert_eq!(seen_n(1), ["0: terminate scripted panic"]);
-        assert_eq!(down_reason(r), ExitReason::Other("scripted panic".into()));
-        let m = rec::<false>();
-        m.stop(ExitReason::Normal).unwrap();
-        assert_eq!(seen_n(1), ["0: terminate normal"]);
-    }
+        fn a_panic_stops_the_machine_after_terminate_and_stop_runs_terminate() {
+            let m = rec::<false>();
+            graft::unlink(m.pid());
+            let r = monitor(m.pid());
+            cast(m, "boom", vec![Act::Panic]);
+            assert_eq!(seen_n(1), ["0: terminate scripted panic"]);
+            assert_eq!(down_reason(r), ExitReason::Other("scripted panic".into()));
+            let m = rec::<false>();
+            m.stop(ExitReason::Normal).unwrap();
+            assert_eq!(seen_n(1), ["0: terminate normal"]);
+        }
 
-    fn a_call_times_out_and_the_late_reply_is_dropped() {
-        let m = rec::<false>();
-        let r = m.call_timeout(Cmd("slow", vec![Act::Sleep(100)]), ms(5));
-        assert_eq!(r, Err(CallError::Timeout));
-        assert_eq!(seen_n(1), ["0: cast slow"]);
-        assert_eq!(m.call(Cmd("next", vec![])).unwrap(), 0);
-        assert_eq!(seen_n(1), ["0: cast next"]);
-        sleep(ms(20));
-        assert!(mailbox_now().is_empty(), "no stray reply");
+        fn a_call_times_out_and_the_late_reply_is_dropped() {
+            let m = rec::<false>();
+            let r = m.call_timeout(Cmd("slow", vec![Act::Sleep(100)]), ms(5));
+            assert_eq!(r, Err(CallError::Timeout));
+            assert_eq!(seen_n(1), ["0: cast slow"]);
+            assert_eq!(m.call(Cmd("next", vec![])).unwrap(), 0);
+            assert_eq!(seen_n(1), ["0: cast next"]);
+            sleep(ms(20));
+            assert!(mailbox_now().is_empty(), "no stray reply");
+        }
     }
-}}
+}
 
 // ---------------------------------------------------------------------------
 // Init failures, supervision, other nodes.
@@ -618,45 +625,42 @@ impl GenStatem for Switch {
 mod lifecycle {
     use super::*;
 
-otp_test! {
-    fn a_failed_init_fails_the_start() {
-        let r = gen_statem::start(NoStart).map(|s| s.pid());
-        assert_eq!(r, Err(StartError::Init(ExitReason::Other("no config".into()))));
-    }
+    otp_test! {
+        fn a_failed_init_fails_the_start() {
+            let r = gen_statem::start(NoStart).map(|s| s.pid());
+            assert_eq!(r, Err(StartError::Init(ExitReason::Other("no config".into()))));
+        }
 
-    fn a_supervised_machine_is_restarted_with_fresh_data() {
-        let sup = Supervisor::new(Strategy::OneForOne)
-            .intensity(3, Duration::from_secs(5))
-            .child(gen_statem::child_spec("switch", || Switch { flips: 0 }))
-            .start()
-            .unwrap();
-        let first = Statem::<Switch>::from_pid(supervisor::get_child(sup, "switch").unwrap());
-        assert_eq!(first.call(SwitchCall::Flip).unwrap().0, Light::On);
-        let m = monitor(first.pid());
-        exit(first.pid(), ExitReason::Kill);
-        assert_eq!(down_reason(m), ExitReason::Killed);
-        common::wait_until("the switch is restarted", || {
-            supervisor::get_child(sup, "switch").is_some_and(|p| p != first.pid())
-        });
-        let second = Statem::<Switch>::from_pid(supervisor::get_child(sup, "switch").unwrap());
-        let (light, flips, _) = second.call(SwitchCall::Where).unwrap();
-        assert_eq!((light, flips), (Light::Off, 0), "a fresh machine");
-        // The supervisor's shutdown stops it.
-        let m = monitor(second.pid());
-        graft::unlink(sup);
-        supervisor::stop(sup, ExitReason::Shutdown).unwrap();
-        assert_eq!(down_reason(m), ExitReason::Shutdown);
+        fn a_supervised_machine_is_restarted_with_fresh_data() {
+            let sup = Supervisor::new(Strategy::OneForOne)
+                .intensity(3, Duration::from_secs(5))
+                .child(gen_statem::child_spec("switch", || Switch { flips: 0 }))
+                .start()
+                .unwrap();
+            let first = Statem::<Switch>::from_pid(supervisor::get_child(sup, "switch").unwrap());
+            assert_eq!(first.call(SwitchCall::Flip).unwrap().0, Light::On);
+            let m = monitor(first.pid());
+            exit(first.pid(), ExitReason::Kill);
+            assert_eq!(down_reason(m), ExitReason::Killed);
+            common::wait_until("the switch is restarted", || {
+                supervisor::get_child(sup, "switch").is_some_and(|p| p != first.pid())
+            });
+            let second = Statem::<Switch>::from_pid(supervisor::get_child(sup, "switch").unwrap());
+            let (light, flips, _) = second.call(SwitchCall::Where).unwrap();
+            assert_eq!((light, flips), (Light::Off, 0), "a fresh machine");
+            // The supervisor's shutdown stops it.
+            let m = monitor(second.pid());
+            graft::unlink(sup);
+            supervisor::stop(sup, ExitReason::Shutdown).unwrap();
+            assert_eq!(down_reason(m), ExitReason::Shutdown);
+        }
     }
-}}
+}
 
 #[test]
 fn a_machine_on_another_node_is_called_cast_to_and_stopped() {
     let _ = env_logger::builder().is_test(true).try_init();
-    let cfg = || {
-        NodeConfig::new("127.0.0.1:0")
-            .cookie("statem")
-            .workers(2)
-    };
+    let cfg = || NodeConfig::new("127.0.0.1:0").cookie("statem").workers(2);
     let (a, b) = (Node::start(cfg()).unwrap(), Node::start(cfg()).unwrap());
     let b_id = a.connect(b.addr()).unwrap();
     a.run(move || {

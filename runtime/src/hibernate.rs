@@ -36,7 +36,10 @@ const KEEP_BELOW: usize = 16 * 1024;
 fn page_size() -> usize {
     // SAFETY: sysconf has no preconditions.
     let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    usize::try_from(p).ok().filter(|p| p.is_power_of_two()).unwrap_or(4096)
+    usize::try_from(p)
+        .ok()
+        .filter(|p| p.is_power_of_two())
+        .unwrap_or(4096)
 }
 
 /// Gives the pages of the running process's stack below the caller's frame

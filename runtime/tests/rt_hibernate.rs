@@ -64,8 +64,9 @@ fn hibernated_processes_give_their_stack_pages_back_and_still_work() {
         let collect = |what: &'static str| -> Vec<u64> {
             (0..PROCS)
                 .map(|_| {
-                    let Local((w, v)) = expect_timeout::<Local<(&'static str, u64)>>(Duration::from_secs(30))
-                        .expect("every process answers");
+                    let Local((w, v)) =
+                        expect_timeout::<Local<(&'static str, u64)>>(Duration::from_secs(30))
+                            .expect("every process answers");
                     assert_eq!(w, what);
                     v
                 })
@@ -80,12 +81,16 @@ fn hibernated_processes_give_their_stack_pages_back_and_still_work() {
         let after = rss_bytes();
         let touched = PROCS * DEEP_KIB as usize * 1024;
         assert!(
-            freed.iter().all(|&f| f as usize >= (DEEP_KIB as usize - 32) * 1024),
+            freed
+                .iter()
+                .all(|&f| f as usize >= (DEEP_KIB as usize - 32) * 1024),
             "each process gave back its deep pages: {:?}",
             &freed[..4]
         );
         let dropped = before.saturating_sub(after);
-        eprintln!("RSS {before} -> {after} bytes after {PROCS} hibernates ({touched} touched at least)");
+        eprintln!(
+            "RSS {before} -> {after} bytes after {PROCS} hibernates ({touched} touched at least)"
+        );
         assert!(
             dropped >= touched / 2,
             "RSS {before} -> {after}: dropped {dropped} of {touched} bytes touched"
