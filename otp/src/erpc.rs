@@ -4,7 +4,7 @@
 //! # The protocol
 //!
 //! A call is a process spawned on the target node ([`graft::spawn_on`])
-//! whose body is a [`MobileFnOnce`](graft::graph::MobileFnOnce) returning
+//! whose body is a [`MobileFnOnce`] returning
 //! its value encoded. The body runs the function and sends the caller one
 //! `ErpcAnswer { tag, value }`: the encoded value, or the reason it
 //! panicked; then it ends. The caller's side monitors the remote process,

@@ -29,7 +29,7 @@
 //! `Err(Timeout)` (`on_timeout: :kill_task`). Dropping the stream kills the
 //! tasks still running.
 //!
-//! [`TaskSupervisor`] is a [`DynamicSupervisor`](crate::supervisor::DynamicSupervisor)
+//! [`TaskSupervisor`] is a [`DynamicSupervisor`]
 //! of temporary children: [`TaskSupervisor::async_task`] starts the task
 //! *as a child of the supervisor* and links it to the owner; the child
 //! waits for a go message from its owner, sent once the owner's monitor
