@@ -489,12 +489,35 @@ impl CallGuard {
 #[derive(Debug, Clone)]
 struct CallerGuard(Arc<CallGuard>);
 
-fn caller_guard() -> Arc<CallGuard> {
-    if let Some(g) = graft::local::get::<CallerGuard>() {
-        return g.0;
-    }
-    let g = Arc::new(CallGuard::default());
-    graft::local::set(CallerGuard(g.clone()));
+thread_local! {
+    /// The guard of the process that last called from this worker thread:
+    /// a cache in front of process-local storage (a hash lookup). Checked
+    /// by pid (never reused), and only read or written between yields.
+    static LAST_GUARD: std::cell::RefCell<Option<(Pid, Arc<CallGuard>)>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// The calling process `me`'s guard (made on its first call).
+#[inline]
+fn caller_guard(me: Pid) -> Arc<CallGuard> {
+    let cached = LAST_GUARD.with(|c| match &*c.borrow() {
+        Some((pid, g)) if *pid == me => Some(g.clone()),
+        _ => None,
+    });
+    cached.unwrap_or_else(|| caller_guard_slow(me))
+}
+
+#[cold]
+fn caller_guard_slow(me: Pid) -> Arc<CallGuard> {
+    let g = match graft::local::get::<CallerGuard>() {
+        Some(g) => g.0,
+        None => {
+            let g = Arc::new(CallGuard::default());
+            graft::local::set(CallerGuard(g.clone()));
+            g
+        }
+    };
+    LAST_GUARD.with(|c| *c.borrow_mut() = Some((me, g.clone())));
     g
 }
 
@@ -742,13 +765,13 @@ impl<M: GenStatem> Statem<M> {
         if self.pid.node() != graft::this_node() {
             return self.call_remote(req, timeout);
         }
-        let guard = caller_guard();
+        let guard = caller_guard(me);
         let tag = monitor(self.pid);
         guard.set(Some(tag));
         let from = ReplyTo {
             pid: me,
             tag,
-            guard: guard.clone(),
+            guard,
             remote: false,
             _r: PhantomData,
         };
@@ -772,14 +795,14 @@ impl<M: GenStatem> Statem<M> {
                 Ok(v)
             }
             Some(Err(reason)) => {
-                guard.set(None);
+                caller_guard(me).set(None);
                 take_reply::<M::Reply>(tag).ok_or(match reason {
                     ExitReason::NoProc => CallError::NoProc,
                     reason => CallError::ServerDied(reason),
                 })
             }
             None => {
-                guard.set(None);
+                caller_guard(me).set(None);
                 demonitor_flush(tag);
                 take_reply::<M::Reply>(tag).ok_or(CallError::Timeout)
             }
