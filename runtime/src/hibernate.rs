@@ -25,7 +25,18 @@
 //! frames. A behaviour calls it just before its blocking receive (graft-otp's
 //! gen_statem does on `Action::Hibernate`; a gen_server's `hibernate_after`
 //! calls it when a receive timed out idle, then receives again); the
-//! receive's own frames take back a page or two.
+//! receive's own frames take back a page or two. A `hibernate_after`
+//! option in a behaviour's loop is:
+//!
+//! ```text
+//! let msg = match receive()/* clauses */.timeout(hibernate_after) {
+//!     Some(msg) => msg,
+//!     None => {
+//!         graft::hibernate();            // idle: give the dead stack back
+//!         receive()/* clauses */.wait()  // and wait as before
+//!     }
+//! };
+//! ```
 
 use crate::api::current;
 
