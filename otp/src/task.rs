@@ -105,7 +105,9 @@ struct TaskGo(MonitorRef);
 impl graft::Message for TaskGo {}
 
 /// A running task of the calling process; its value is collected with
-/// [`Task::await_timeout`] (only by the process that made it).
+/// [`Task::await_timeout`] (only by the process that made it). As in
+/// Elixir, a task that is never awaited, yielded to the end or shut down
+/// leaves its reply and its monitor's `ProcessDied` in the owner's mailbox.
 pub struct Task<T> {
     pid: Pid,
     monitor: MonitorRef,
