@@ -1146,7 +1146,9 @@ enum Incoming<M: GenStatem> {
 
 /// The actions of one result, sorted out.
 struct Applied<M: GenStatem> {
-    postponed: Option<Event<M>>,
+    /// The handled event, if handed back (more only if the handler built
+    /// others: none is lost).
+    postponed: Vec<Event<M>>,
     next_events: Vec<Event<M>>,
     timeouts: Vec<Action<M>>,
 }
@@ -1154,7 +1156,7 @@ struct Applied<M: GenStatem> {
 impl<M: GenStatem> Applied<M> {
     fn new() -> Self {
         Applied {
-            postponed: None,
+            postponed: Vec::new(),
             next_events: Vec::new(),
             timeouts: Vec::new(),
         }
@@ -1184,7 +1186,7 @@ impl<M: GenStatem> Machine<M> {
                     if context != Context::Event {
                         return Err(bad_return(context.name()));
                     }
-                    applied.postponed = Some(e);
+                    applied.postponed.push(e);
                 }
                 Action::NextEvent(e) => {
                     if context == Context::Enter {
@@ -1321,9 +1323,7 @@ impl<M: GenStatem> Machine<M> {
                 _ => {}
             }
         }
-        if let Some(e) = applied.postponed.take() {
-            self.postponed.push(e);
-        }
+        self.postponed.append(&mut applied.postponed);
         if changed {
             for e in self.postponed.drain(..).rev() {
                 self.queue.push_front(e);
