@@ -65,7 +65,12 @@
 //!
 //! Across nodes: [`start_on`] starts a `Mobile` machine on another node and
 //! [`Statem::call`], [`Statem::cast`] and [`Statem::stop`] reach it there
-//! (requests and replies travel encoded, one frame each way).
+//! (the request and the reply travel encoded, one message each way, beside
+//! the call's monitor).
+//!
+//! [`Action::Hibernate`] makes the loop call [`graft::hibernate`] before
+//! its next receive: the dead part of the machine's stack is given back
+//! while it waits.
 //!
 //! # Examples
 //!
