@@ -713,6 +713,16 @@ impl<M: GenStatem> Statem<M> {
         whereis(name).map(Statem::from_pid)
     }
 
+    /// The machine registered under `name` on `node` (this node included).
+    ///
+    /// # Errors
+    ///
+    /// As [`graft::whereis_on`]: the node is not connected, or did not
+    /// answer.
+    pub fn whereis_on(name: &str, node: graft::NodeId) -> Result<Option<Statem<M>>, Error> {
+        graft::whereis_on(name, node).map(|p| p.map(Statem::from_pid))
+    }
+
     /// The machine's pid.
     pub fn pid(&self) -> Pid {
         self.pid

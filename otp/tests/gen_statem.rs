@@ -678,6 +678,20 @@ fn a_machine_on_another_node_is_called_cast_to_and_stopped() {
         assert_eq!(sw.call(SwitchCall::Where), Err(CallError::NoProc));
     })
     .unwrap();
+    // A named machine on b, found from a by name.
+    b.run(|| {
+        let sw = gen_statem::start_named("switch", Switch { flips: 5 }).unwrap();
+        graft::unlink(sw.pid());
+    })
+    .unwrap();
+    a.run(move || {
+        let sw = Statem::<Switch>::whereis_on("switch", b_id)
+            .unwrap()
+            .unwrap();
+        assert_eq!(sw.call(SwitchCall::Flip).unwrap(), (Light::On, 6, b_id));
+        assert_eq!(Statem::<Switch>::whereis_on("nobody", b_id).unwrap(), None);
+    })
+    .unwrap();
     a.shutdown();
     b.shutdown();
 }
