@@ -123,7 +123,7 @@ fn multicall_times_out_per_node_and_cast_runs_remotely() {
                 }
                 7u32
             },
-            Duration::from_millis(300),
+            Duration::from_secs(1),
         );
         assert_eq!(
             got,

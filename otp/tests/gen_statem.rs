@@ -24,6 +24,8 @@ fn ms(n: u64) -> Duration {
 enum Door {
     Locked,
     Unlocked,
+    /// (For the tests.) The button timeout cleared the typed buttons.
+    Cleared,
 }
 impl graft::Message for Door {}
 
@@ -39,9 +41,22 @@ struct CodeLock {
 struct Button(u8);
 impl graft::Message for Button {}
 
-/// `code_length() -> gen_statem:call(?NAME, code_length)`.
-struct CodeLength;
-impl graft::Message for CodeLength {}
+/// `code_length() -> gen_statem:call(?NAME, code_length)`, and (for the
+/// tests) the buttons typed so far.
+#[derive(Debug, PartialEq, Eq)]
+enum LockCall {
+    CodeLength,
+    Buttons,
+}
+impl graft::Message for LockCall {}
+use LockCall::{Buttons, CodeLength};
+
+#[derive(Debug, PartialEq, Eq)]
+enum LockReply {
+    Length(usize),
+    Typed(Vec<u8>),
+}
+impl graft::Message for LockReply {}
 
 impl CodeLock {
     const LOCKED: StateFn<CodeLock> = StateFn::new("locked", CodeLock::locked);
@@ -56,6 +71,7 @@ impl CodeLock {
             }
             Event::EventTimeout(()) => {
                 self.buttons.clear();
+                send(self.observer, Door::Cleared);
                 Transition::keep()
             }
             Event::Cast(Button(b)) => {
@@ -87,7 +103,12 @@ impl CodeLock {
 
     fn handle_common(&mut self, e: Event<Self>) -> Transition<Self> {
         match e {
-            Event::Call(CodeLength, from) => Transition::keep().reply(from, self.code.len()),
+            Event::Call(CodeLength, from) => {
+                Transition::keep().reply(from, LockReply::Length(self.code.len()))
+            }
+            Event::Call(Buttons, from) => {
+                Transition::keep().reply(from, LockReply::Typed(self.buttons.clone()))
+            }
             _ => Transition::keep(),
         }
     }
@@ -95,9 +116,9 @@ impl CodeLock {
 
 impl GenStatem for CodeLock {
     type State = StateFn<Self>;
-    type Call = CodeLength;
+    type Call = LockCall;
     type Cast = Button;
-    type Reply = usize;
+    type Reply = LockReply;
     type Internal = ();
     const STATE_ENTER: bool = true;
 
@@ -125,7 +146,7 @@ mod code_lock {
                     code: vec![1, 2, 3],
                     buttons: vec![],
                     observer: self_pid(),
-                    open_time: ms(100),
+                    open_time: ms(300),
                     button_time: Duration::from_secs(30),
                 },
             )
@@ -133,7 +154,7 @@ mod code_lock {
             assert_eq!(Statem::<CodeLock>::whereis("code_lock"), Some(lock));
             // The initial state's enter call locks.
             assert_eq!(door(), Door::Locked);
-            assert_eq!(lock.call(CodeLength).unwrap(), 3);
+            assert_eq!(lock.call(CodeLength).unwrap(), LockReply::Length(3));
             // A wrong prefix, then the code: only the last three count.
             for b in [9, 1, 2, 3] {
                 lock.cast(Button(b));
@@ -144,7 +165,11 @@ mod code_lock {
             for b in [1, 2, 3] {
                 lock.cast(Button(b));
             }
-            assert_eq!(lock.call(CodeLength).unwrap(), 3, "calls are not postponed");
+            assert_eq!(
+                lock.call(CodeLength).unwrap(),
+                LockReply::Length(3),
+                "calls are not postponed"
+            );
             assert_eq!(door(), Door::Locked, "the state timeout locks");
             assert_eq!(door(), Door::Unlocked, "the postponed buttons opened it again");
             assert_eq!(door(), Door::Locked);
@@ -154,7 +179,7 @@ mod code_lock {
 
         fn code_lock_event_timeout_clears_the_typed_buttons() {
             let lock = gen_statem::start(CodeLock {
-                code: vec![1, 2],
+                code: vec![1, 2, 3],
                 buttons: vec![],
                 observer: self_pid(),
                 open_time: Duration::from_secs(30),
@@ -163,13 +188,18 @@ mod code_lock {
             .unwrap();
             assert_eq!(door(), Door::Locked);
             lock.cast(Button(1));
-            // Wait past the button timeout; the `1` is forgotten.
-            sleep(ms(150));
             lock.cast(Button(2));
-            lock.cast(Button(1));
-            lock.cast(Button(2));
-            assert_eq!(door(), Door::Unlocked, "the code after a cleared prefix opens");
+            // The button timeout forgets what was typed (polling with calls
+            // would keep it from firing: any event cancels it).
+            assert_eq!(door(), Door::Cleared);
+            lock.cast(Button(3));
+            assert_eq!(lock.call(Buttons).unwrap(), LockReply::Typed(vec![3]), "still locked");
+            for b in [1, 2, 3] {
+                lock.cast(Button(b));
+            }
+            assert_eq!(door(), Door::Unlocked);
             lock.stop(ExitReason::Normal).unwrap();
+            assert!(mailbox_now().is_empty());
         }
     }
 }
@@ -192,6 +222,9 @@ enum Act {
     CancelTimeout(&'static str),
     CancelStateTimeout,
     Sleep(u64),
+    /// Wait in the handler for a [`Release`] (the casts sent meanwhile
+    /// queue up behind this one).
+    Block,
     Hibernate,
     Panic,
 }
@@ -245,6 +278,10 @@ impl<const ENTER: bool> Rec<ENTER> {
                 Act::CancelStateTimeout => t.action(Action::CancelStateTimeout),
                 Act::Sleep(d) => {
                     sleep(ms(d));
+                    t
+                }
+                Act::Block => {
+                    expect_timeout::<Release>(HANG).expect("the test releases the machine");
                     t
                 }
                 Act::Hibernate => t.hibernate(),
@@ -335,6 +372,18 @@ fn rec<const E: bool>() -> Statem<Rec<E>> {
 
 fn cast<const E: bool>(m: Statem<Rec<E>>, label: &'static str, acts: Vec<Act>) {
     m.cast(Cmd(label, acts));
+}
+
+/// Lets a blocked machine go on.
+struct Release;
+impl graft::Message for Release {}
+
+/// Sends the casts of `f` while the machine is blocked, so that they are
+/// all queued when it handles the first (reported as "cast busy").
+fn queued<const E: bool>(m: Statem<Rec<E>>, f: impl FnOnce()) {
+    cast(m, "busy", vec![Act::Block]);
+    f();
+    send(m.pid(), Release);
 }
 
 fn seen() -> Seen {
@@ -436,10 +485,10 @@ mod scripted {
         fn next_events_run_first_in_order_before_queued_and_retried_events() {
             let m = rec::<true>();
             assert_eq!(seen_n(1), ["0: enter 0"]);
-            // Keep the machine busy so that "a" and "b" are both queued.
-            cast(m, "busy", vec![Act::Sleep(30)]);
-            cast(m, "a", vec![Act::Next("n1"), Act::Next("n2")]);
-            cast(m, "b", vec![]);
+            queued(m, || {
+                cast(m, "a", vec![Act::Next("n1"), Act::Next("n2")]);
+                cast(m, "b", vec![]);
+            });
             assert_eq!(
                 seen_n(5),
                 ["0: cast busy", "0: cast a", "0: internal n1", "0: internal n2", "0: cast b"]
@@ -460,9 +509,10 @@ mod scripted {
             cast(m, "a", vec![Act::EventTimeout(10, "e1")]);
             assert_eq!(seen_n(2), ["0: cast a", "0: event_timeout e1"]);
             // "c" is queued when "b" sets its event timeout: it cancels it.
-            cast(m, "busy", vec![Act::Sleep(30)]);
-            cast(m, "b", vec![Act::EventTimeout(200, "e2")]);
-            cast(m, "c", vec![Act::Timeout("g", 400, "done")]);
+            queued(m, || {
+                cast(m, "b", vec![Act::EventTimeout(200, "e2")]);
+                cast(m, "c", vec![Act::Timeout("g", 400, "done")]);
+            });
             assert_eq!(seen_n(4), ["0: cast busy", "0: cast b", "0: cast c", "0: timeout g done"]);
             // An inserted event cancels it too (it is not even started).
             cast(m, "d", vec![Act::EventTimeout(0, "e3"), Act::Next("n")]);
@@ -476,21 +526,32 @@ mod scripted {
 
         fn a_state_timeout_survives_events_but_not_a_state_change() {
             let m = rec::<false>();
-            cast(m, "a", vec![Act::StateTimeout(30, "s1")]);
-            cast(m, "b", vec![]);
-            assert_eq!(seen_n(3), ["0: cast a", "0: cast b", "0: state_timeout s1"]);
-            cast(m, "c", vec![Act::StateTimeout(100, "s2")]);
-            cast(m, "d", vec![Act::To(1)]);
-            cast(m, "e", vec![Act::Timeout("g", 300, "done")]);
-            assert_eq!(seen_n(4), ["0: cast c", "0: cast d", "1: cast e", "1: timeout g done"]);
+            queued(m, || {
+                cast(m, "a", vec![Act::StateTimeout(30, "s1")]);
+                cast(m, "b", vec![]);
+            });
+            assert_eq!(seen_n(4), ["0: cast busy", "0: cast a", "0: cast b", "0: state_timeout s1"]);
+            queued(m, || {
+                cast(m, "c", vec![Act::StateTimeout(100, "s2")]);
+                cast(m, "d", vec![Act::To(1)]);
+                cast(m, "e", vec![Act::Timeout("g", 300, "done")]);
+            });
+            assert_eq!(
+                seen_n(5),
+                ["0: cast busy", "0: cast c", "0: cast d", "1: cast e", "1: timeout g done"]
+            );
             // Setting it again restarts it (the first payload never arrives);
             // cancelling stops it.
-            cast(m, "f", vec![Act::StateTimeout(100, "s3")]);
-            cast(m, "g", vec![Act::StateTimeout(20, "s4")]);
-            assert_eq!(seen_n(3), ["1: cast f", "1: cast g", "1: state_timeout s4"]);
-            cast(m, "h", vec![Act::StateTimeout(50, "s5")]);
-            cast(m, "i", vec![Act::CancelStateTimeout, Act::Timeout("g", 200, "done2")]);
-            assert_eq!(seen_n(3), ["1: cast h", "1: cast i", "1: timeout g done2"]);
+            queued(m, || {
+                cast(m, "f", vec![Act::StateTimeout(100, "s3")]);
+                cast(m, "g", vec![Act::StateTimeout(20, "s4")]);
+            });
+            assert_eq!(seen_n(4), ["1: cast busy", "1: cast f", "1: cast g", "1: state_timeout s4"]);
+            queued(m, || {
+                cast(m, "h", vec![Act::StateTimeout(50, "s5")]);
+                cast(m, "i", vec![Act::CancelStateTimeout, Act::Timeout("g", 200, "done2")]);
+            });
+            assert_eq!(seen_n(4), ["1: cast busy", "1: cast h", "1: cast i", "1: timeout g done2"]);
             // A zero state timeout comes at once, after queued events.
             cast(m, "j", vec![Act::StateTimeout(0, "s0"), Act::Next("n")]);
             assert_eq!(seen_n(3), ["1: cast j", "1: internal n", "1: state_timeout s0"]);
@@ -499,14 +560,21 @@ mod scripted {
 
         fn generic_timeouts_are_named_restarted_cancelled_and_outlive_state_changes() {
             let m = rec::<false>();
-            cast(m, "a", vec![Act::Timeout("x", 150, "x1"), Act::Timeout("y", 50, "y1")]);
-            cast(m, "b", vec![Act::To(1), Act::Timeout("x", 10, "x2")]);
-            let mut got = seen_n(4);
-            got[2..].sort();
-            assert_eq!(got, ["0: cast a", "0: cast b", "1: timeout x x2", "1: timeout y y1"]);
-            cast(m, "c", vec![Act::Timeout("z", 50, "z1")]);
-            cast(m, "d", vec![Act::CancelTimeout("z"), Act::Timeout("w", 200, "w1")]);
-            assert_eq!(seen_n(3), ["1: cast c", "1: cast d", "1: timeout w w1"]);
+            queued(m, || {
+                cast(m, "a", vec![Act::Timeout("x", 150, "x1"), Act::Timeout("y", 50, "y1")]);
+                cast(m, "b", vec![Act::To(1), Act::Timeout("x", 10, "x2")]);
+            });
+            let mut got = seen_n(5);
+            got[3..].sort();
+            assert_eq!(
+                got,
+                ["0: cast busy", "0: cast a", "0: cast b", "1: timeout x x2", "1: timeout y y1"]
+            );
+            queued(m, || {
+                cast(m, "c", vec![Act::Timeout("z", 50, "z1")]);
+                cast(m, "d", vec![Act::CancelTimeout("z"), Act::Timeout("w", 200, "w1")]);
+            });
+            assert_eq!(seen_n(4), ["1: cast busy", "1: cast c", "1: cast d", "1: timeout w w1"]);
             nothing_more();
         }
 

@@ -92,7 +92,7 @@ otp_test! {
 
     fn async_stream_reports_crashes_and_timeouts_per_item() {
         let out: Vec<Result<u32, TaskError>> =
-            task::async_stream(vec![1u32, 2, 3, 4], 2, ms(200), |n| match n {
+            task::async_stream(vec![1u32, 2, 3, 4], 2, ms(1000), |n| match n {
                 2 => panic!("two"),
                 3 => {
                     sleep(Duration::from_secs(60));
