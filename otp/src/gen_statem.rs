@@ -1155,7 +1155,7 @@ enum Incoming<M: GenStatem> {
     Request(RequestOf<M>),
     Remote(StatemRemoteRequest),
     Timer(u64),
-    ParentExit(ExitReason),
+    Exit(ExitSignal),
     Info(Unknown),
 }
 
@@ -1392,10 +1392,9 @@ impl<M: GenStatem> Machine<M> {
                 .on(|r: RequestOf<M>| Incoming::<M>::Request(r))
                 .on(|t: TimerFired| Incoming::Timer(t.0))
                 .on(|r: StatemRemoteRequest| Incoming::Remote(r))
-                .when(
-                    move |s: &ExitSignal| Some(s.from) == parent,
-                    |s: ExitSignal| Incoming::ParentExit(s.reason),
-                )
+                // (`on`, not a guard: a receive without guards runs no
+                // user code and skips a copy of the saved mail per scan.)
+                .on(|s: ExitSignal| Incoming::Exit(s))
                 .any(Incoming::Info)
                 .wait();
             let request = match incoming {
@@ -1409,7 +1408,8 @@ impl<M: GenStatem> Machine<M> {
                     // Cancelled or restarted after it fired.
                     None => continue,
                 },
-                Incoming::ParentExit(reason) => return Err(reason),
+                Incoming::Exit(s) if Some(s.from) == parent => return Err(s.reason),
+                Incoming::Exit(s) => return Ok(Event::Info(Unknown::from_message(s))),
                 Incoming::Info(u) => return Ok(Event::Info(u)),
             };
             return match request {

@@ -225,6 +225,10 @@ enum Act {
     /// Wait in the handler for a [`Release`] (the casts sent meanwhile
     /// queue up behind this one).
     Block,
+    /// Trap exits.
+    Trap,
+    /// Trap exits and link a process that crashes at once.
+    LinkCrash,
     Hibernate,
     Panic,
 }
@@ -282,6 +286,15 @@ impl<const ENTER: bool> Rec<ENTER> {
                 }
                 Act::Block => {
                     expect_timeout::<Release>(HANG).expect("the test releases the machine");
+                    t
+                }
+                Act::Trap => {
+                    trap_exits(true);
+                    t
+                }
+                Act::LinkCrash => {
+                    trap_exits(true);
+                    spawn_link(|| panic!("linked crash"));
                     t
                 }
                 Act::Hibernate => t.hibernate(),
@@ -350,7 +363,13 @@ impl<const ENTER: bool> GenStatem for Rec<ENTER> {
                 Transition::keep()
             }
             Event::Info(mut u) => {
-                let what = if u.is::<u32>() { "info u32" } else { "info ?" };
+                let what = if u.is::<u32>() {
+                    "info u32"
+                } else if u.is::<ExitSignal>() {
+                    "info exit"
+                } else {
+                    "info ?"
+                };
                 self.report(state, what.to_string());
                 Transition::keep()
             }
@@ -582,6 +601,10 @@ mod scripted {
             let m = rec::<false>();
             send(m.pid(), 7u32);
             assert_eq!(seen_n(1), ["0: info u32"]);
+            // A trapped exit signal from another process than the parent is
+            // an info event (the parent's stops the machine).
+            cast(m, "trap", vec![Act::LinkCrash]);
+            assert_eq!(seen_n(2), ["0: cast trap", "0: info exit"]);
             // A hibernated machine wakes up on the next message.
             cast(m, "h", vec![Act::Hibernate, Act::StateTimeout(5, "after")]);
             assert_eq!(seen_n(2), ["0: cast h", "0: state_timeout after"]);
@@ -607,6 +630,24 @@ mod scripted {
             let m = rec::<false>();
             m.stop(ExitReason::Normal).unwrap();
             assert_eq!(seen_n(1), ["0: terminate normal"]);
+        }
+
+        fn a_trapping_machine_stops_on_its_parents_exit_signal() {
+            let me = self_pid();
+            let (parent, pm) = spawn_monitor(move || {
+                let m = gen_statem::start(Rec::<false> { obs: me, on_enter: vec![] }).unwrap();
+                send(me, m.pid());
+                cast(m, "trap", vec![Act::Trap]);
+                expect::<Release>();
+                exit_self(ExitReason::Other("bye".into()));
+            });
+            let machine = expect_timeout::<Pid>(HANG).unwrap();
+            let mm = monitor(machine);
+            assert_eq!(seen_n(1), ["0: cast trap"]);
+            send(parent, Release);
+            assert_eq!(down_reason(pm), ExitReason::Other("bye".into()));
+            assert_eq!(seen_n(1), ["0: terminate bye"]);
+            assert_eq!(down_reason(mm), ExitReason::Other("bye".into()));
         }
 
         fn a_call_times_out_and_the_late_reply_is_dropped() {
