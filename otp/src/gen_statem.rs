@@ -958,6 +958,46 @@ pub fn start<M: GenStatem>(machine: M) -> Result<Statem<M>, StartError> {
 /// # Errors
 ///
 /// As [`start`], and [`StartError::AlreadyStarted`].
+///
+/// ```
+/// use graft_otp::prelude::*;
+/// use graft_otp::gen_statem::{self, Event, GenStatem, Statem, Transition};
+///
+/// /// Holds casts back until it is opened (postponed, then replayed in order).
+/// struct Gate(Vec<u32>);
+/// impl GenStatem for Gate {
+///     type State = bool; // open?
+///     type Call = ();    // open, and tell me what came through
+///     type Cast = u32;
+///     type Reply = Vec<u32>;
+///     type Internal = ();
+///     fn init(&mut self) -> Transition<Self> { Transition::next(false) }
+///     fn handle_event(&mut self, open: &bool, e: Event<Self>) -> Transition<Self> {
+///         match (open, e) {
+///             (false, e @ Event::Cast(_)) => Transition::keep().postpone(e),
+///             (true, Event::Cast(n)) => { self.0.push(n); Transition::keep() }
+///             (_, Event::Call((), from)) => {
+///                 // Opening retries the postponed casts first.
+///                 Transition::next(true).next_event(Event::Internal(())).reply(from, self.0.clone())
+///             }
+///             (_, Event::Internal(())) => Transition::keep(),
+///             _ => Transition::keep(),
+///         }
+///     }
+/// }
+///
+/// let node = Node::start(NodeConfig::new("127.0.0.1:0")).unwrap();
+/// let got = node.run(|| {
+///     let g = gen_statem::start_named("gate", Gate(vec![])).unwrap();
+///     assert_eq!(Statem::<Gate>::whereis("gate"), Some(g));
+///     g.cast(1);
+///     g.cast(2);
+///     let before = g.call(()).unwrap(); // the reply is sent before the replay
+///     (before, g.call(()).unwrap())
+/// }).unwrap();
+/// assert_eq!(got, (vec![], vec![1, 2]));
+/// node.shutdown();
+/// ```
 pub fn start_named<M: GenStatem>(name: &str, machine: M) -> Result<Statem<M>, StartError> {
     start_inner(machine, Some(name.to_string()))
 }
@@ -970,6 +1010,40 @@ pub fn start_named<M: GenStatem>(name: &str, machine: M) -> Result<Statem<M>, St
 /// # Errors
 ///
 /// As [`start`]; [`StartError::Spawn`] when `node` is unreachable.
+///
+/// ```
+/// use graft_otp::prelude::*;
+/// use graft_otp::gen_statem::{self, Event, GenStatem, Transition};
+///
+/// #[derive(Mobile)]
+/// struct Counter(u64);
+/// impl GenStatem for Counter {
+///     type State = ();
+///     type Call = u64;
+///     type Cast = ();
+///     type Reply = (u64, NodeId);
+///     type Internal = ();
+///     fn init(&mut self) -> Transition<Self> { Transition::next(()) }
+///     fn handle_event(&mut self, _: &(), e: Event<Self>) -> Transition<Self> {
+///         match e {
+///             Event::Call(n, from) => {
+///                 self.0 += n;
+///                 Transition::keep().reply(from, (self.0, this_node()))
+///             }
+///             _ => Transition::keep(),
+///         }
+///     }
+/// }
+///
+/// let a = Node::start(NodeConfig::new("127.0.0.1:0").cookie("doc")).unwrap();
+/// let b = Node::start(NodeConfig::new("127.0.0.1:0").cookie("doc")).unwrap();
+/// let b_id = a.connect(b.addr()).unwrap();
+/// let got = a.run(move || {
+///     let c = gen_statem::start_on(b_id, Counter(40)).unwrap();
+///     c.call(2).unwrap()
+/// }).unwrap();
+/// assert_eq!(got, (42, b_id));
+/// ```
 pub fn start_on<M>(node: graft::NodeId, machine: M) -> Result<Statem<M>, StartError>
 where
     M: GenStatem + graft::Mobile,
