@@ -804,3 +804,33 @@ fn a_machine_on_another_node_is_called_cast_to_and_stopped() {
     a.shutdown();
     b.shutdown();
 }
+
+#[test]
+fn a_call_to_a_machine_whose_node_is_gone_fails_without_hanging() {
+    let _ = env_logger::builder().is_test(true).try_init();
+    let cfg = || {
+        NodeConfig::new("127.0.0.1:0")
+            .cookie("statem")
+            .workers(2)
+            .heartbeat(Duration::from_millis(200))
+    };
+    let (a, b) = (Node::start(cfg()).unwrap(), Node::start(cfg()).unwrap());
+    let b_id = a.connect(b.addr()).unwrap();
+    let sw = a
+        .run(move || {
+            let sw = gen_statem::start_on(b_id, Switch { flips: 0 }).unwrap();
+            graft::unlink(sw.pid());
+            sw
+        })
+        .unwrap();
+    b.shutdown();
+    a.run(move || {
+        let r = sw.call_timeout(SwitchCall::Where, HANG);
+        assert!(
+            matches!(r, Err(CallError::Remote(_) | CallError::NoProc)),
+            "{r:?}"
+        );
+    })
+    .unwrap();
+    a.shutdown();
+}
