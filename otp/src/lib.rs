@@ -53,6 +53,15 @@
 //!   `which_children`, `get_child`, `count_children`); and
 //!   [`DynamicSupervisor`](supervisor::DynamicSupervisor) for many children
 //!   of one template.
+//! * [`gen_statem`]: state machines ([`GenStatem`](gen_statem::GenStatem)),
+//!   OTP's gen_statem: both callback modes, enter calls, postpone, event,
+//!   state and generic timeouts, inserted events, across nodes.
+//! * [`gen_server_multi`]: `multi_call` and `abcast` to a named gen_server
+//!   on a set of nodes.
+//! * [`task`]: Elixir's `Task` (`spawn` and `await_timeout`,
+//!   `async_stream`, [`TaskSupervisor`](task::TaskSupervisor)).
+//! * [`erpc`]: `call`, `cast` and `multicall` of mobile functions on other
+//!   nodes.
 //! * [`prelude`]: the names nearly every program imports.
 //!
 //! # Not yet
@@ -61,8 +70,12 @@
 //! for graft's distribution layer.
 #![forbid(unsafe_code)]
 
+pub mod erpc;
 pub mod gen_server;
+pub mod gen_server_multi;
+pub mod gen_statem;
 pub mod prelude;
 pub mod supervisor;
+pub mod task;
 
 pub use graft;

@@ -42,6 +42,19 @@ impl Unknown {
     pub fn is<T: Message>(&mut self) -> bool {
         self.0.is::<T>()
     }
+
+    /// Wraps a message taken by its type back up, for code that received
+    /// it with an `on` clause and hands it on as unknown (graft-otp's
+    /// gen_statem does with exit signals that are not its parent's).
+    ///
+    /// ```
+    /// let mut u = graft::Unknown::from_message(7u32);
+    /// assert!(u.is::<u32>());
+    /// assert_eq!(u.downcast::<u32>().unwrap(), 7);
+    /// ```
+    pub fn from_message<T: Message>(msg: T) -> Unknown {
+        Unknown(Mail::msg(msg))
+    }
 }
 
 /// One clause of a receive.
