@@ -141,12 +141,12 @@ impl graft::Message for GiveUp {}
 /// # Panics
 ///
 /// Outside a graft process.
-pub fn call<E: Mobile, R: Mobile>(
-    node: NodeId,
-    env: E,
-    f: fn(E) -> R,
-    timeout: Duration,
-) -> Result<R, ErpcError> {
+pub fn call<E, R, F>(node: NodeId, env: E, f: F, timeout: Duration) -> Result<R, ErpcError>
+where
+    E: Mobile,
+    R: Mobile,
+    F: FnOnce(E) -> R + Copy + Send + Sync + 'static,
+{
     let tag = make_ref();
     let gate = Gate::open();
     let helper = start_helper(
@@ -180,12 +180,17 @@ pub fn call<E: Mobile, R: Mobile>(
 /// }).unwrap();
 /// assert_eq!(r, [Ok(3), Err(ErpcError::NoConnection)]);
 /// ```
-pub fn multicall<E: Mobile + Clone, R: Mobile>(
+pub fn multicall<E, R, F>(
     nodes: &[NodeId],
     env: E,
-    f: fn(E) -> R,
+    f: F,
     timeout: Duration,
-) -> Vec<Result<R, ErpcError>> {
+) -> Vec<Result<R, ErpcError>>
+where
+    E: Mobile + Clone,
+    R: Mobile,
+    F: FnOnce(E) -> R + Copy + Send + Sync + 'static,
+{
     let deadline = Instant::now() + timeout;
     let me = self_pid();
     let tag = make_ref();
@@ -223,7 +228,11 @@ pub fn multicall<E: Mobile + Clone, R: Mobile>(
 /// }).unwrap();
 /// assert_eq!(v, 99);
 /// ```
-pub fn cast<E: Mobile>(node: NodeId, env: E, f: fn(E)) {
+pub fn cast<E, F>(node: NodeId, env: E, f: F)
+where
+    E: Mobile,
+    F: FnOnce(E) + Copy + Send + Sync + 'static,
+{
     spawn(move || {
         if let Err(e) = spawn_on(node, env, f) {
             log::warn!("erpc: cast to {node} failed: {e}");
