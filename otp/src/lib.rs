@@ -62,6 +62,7 @@
 #![forbid(unsafe_code)]
 
 pub mod gen_server;
+pub mod global;
 pub mod pg;
 pub mod prelude;
 pub mod supervisor;
