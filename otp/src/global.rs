@@ -421,9 +421,8 @@ impl Server {
                 if server == self.me {
                     return;
                 }
-                if !self.peers.contains_key(&server) {
-                    let r = monitor(server);
-                    self.peers.insert(server, r);
+                if let std::collections::hash_map::Entry::Vacant(v) = self.peers.entry(server) {
+                    v.insert(monitor(server));
                     graft::send(
                         server,
                         Peer::Hello {

@@ -27,7 +27,7 @@ fn eventually(what: &str, mut f: impl FnMut() -> bool) {
 
 fn idle() -> Pid {
     spawn(|| {
-        let _ = expect::<()>();
+        expect::<()>();
     })
 }
 
@@ -107,22 +107,21 @@ fn three_nodes_agree_and_concurrent_claims_have_one_winner() {
     const NAMES: usize = 10;
     let (tx, rx) = std::sync::mpsc::channel::<(usize, usize, bool, Pid)>();
     let mut starters = Vec::new();
-    for k in 1..3 {
+    for (k, n) in ns.iter().enumerate().skip(1) {
         let tx = tx.clone();
         starters.push(
-            ns[k]
-                .spawn(move || {
-                    let _ = expect::<()>();
-                    for i in 0..NAMES {
-                        let tx = tx.clone();
-                        spawn(move || {
-                            let holder = idle();
-                            let ok = global::register_name(&format!("n{i}"), holder).is_ok();
-                            tx.send((i, k, ok, holder)).unwrap();
-                        });
-                    }
-                })
-                .unwrap(),
+            n.spawn(move || {
+                expect::<()>();
+                for i in 0..NAMES {
+                    let tx = tx.clone();
+                    spawn(move || {
+                        let holder = idle();
+                        let ok = global::register_name(&format!("n{i}"), holder).is_ok();
+                        tx.send((i, k, ok, holder)).unwrap();
+                    });
+                }
+            })
+            .unwrap(),
         );
     }
     ns[1].send(starters[0], ());

@@ -9,39 +9,8 @@
 //!
 //! # Requests
 //!
-//! [`send_request`] / [`receive_response`] (and [`request`], both in one)
-//! are OTP's `gen_server:send_request/receive_response` done on an alias
-//! made by `monitor(process, Pid, [{alias, reply_demonitor}])`: the request
-//! carries a one-shot alias whose reference is also the monitor's; the
-//! server answers with [`reply`]. Its protocol, for a server on another
-//! node:
-//!
-//! 1. The caller makes a reference `r`, activates alias `r` (one-shot),
-//!    records the monitor `r` on the server (for the loss of the
-//!    connection), and sends **one** request frame (kind 19: target pid,
-//!    caller pid, `r`, descriptor, message). There is no separate monitor
-//!    frame: the monitor travels with the request.
-//! 2. The server's node, reading that frame, adds the monitor to the
-//!    server's watchers (or answers `Down` with `NoProc` if the server is
-//!    gone) and delivers the message.
-//! 3. The server calls [`reply`]: it removes the monitor from its own
-//!    watchers (the reply implies the demonitor) and sends **one** alias
-//!    frame (kind 18: caller pid, `r`, descriptor, the reply).
-//! 4. The caller's node delivers it only if alias `r` is active, and
-//!    deactivates it (one-shot). The caller takes the reply and forgets its
-//!    half of the monitor locally. No demonitor frame.
-//!
-//! So a call is one frame each way. If the server dies first, the monitor
-//! fires (`ProcessDied`, the request fails with the reason); if the
-//! connection is lost, with `NoConnection`. On a timeout the caller
-//! deactivates the alias and cancels the monitor (that one sends a
-//! demonitor frame): a reply that comes later is dropped at the alias and
-//! never waits in the mailbox. (A reply sent by a process other than the
-//! server, to which the server handed the alias, leaves the server's
-//! watcher entry in place until the server ends; the caller ignores what
-//! it then reports.)
-//!
-//! Locally the same steps run without frames.
+//! [`send_request`] / [`receive_response`] / [`request`] / [`reply`]: the
+//! protocol (one frame each way) is on [`send_request`].
 //!
 //! ```
 //! use graft::*;
@@ -79,7 +48,7 @@ use std::time::Duration;
 const ONCE: u8 = 1;
 
 /// An address of a process that the process can deactivate (OTP 24's
-/// `alias/0`). Copy it, send it anywhere (it is [`Mobile`]); messages sent
+/// `alias/0`). Copy it, send it anywhere (it is [`Mobile`](crate::Mobile)); messages sent
 /// to it after its owner called [`unalias`] are dropped.
 ///
 /// ```
@@ -379,9 +348,45 @@ impl std::error::Error for RequestError {}
 /// Sends the request `make(alias)` to `to` (on any node) and returns at
 /// once; [`receive_response`] waits for the answer, which the server sends
 /// with [`reply`] to the alias it finds in the request. The request
-/// monitors `to` until the answer (see the [module docs](self) for the
+/// monitors `to` until the answer (see below for the
 /// frames). A remote node that is known but not connected is connected
 /// first (auto-connect, see [`AutoConnect`](crate::AutoConnect)).
+///
+/// # Protocol
+///
+/// [`send_request`] / [`receive_response`] (and [`request`], both in one)
+/// are OTP's `gen_server:send_request/receive_response` done on an alias
+/// made by `monitor(process, Pid, [{alias, reply_demonitor}])`: the request
+/// carries a one-shot alias whose reference is also the monitor's; the
+/// server answers with [`reply`]. Its protocol, for a server on another
+/// node:
+///
+/// 1. The caller makes a reference `r`, activates alias `r` (one-shot),
+///    records the monitor `r` on the server (for the loss of the
+///    connection), and sends **one** request frame (kind 19: target pid,
+///    caller pid, `r`, descriptor, message). There is no separate monitor
+///    frame: the monitor travels with the request.
+/// 2. The server's node, reading that frame, adds the monitor to the
+///    server's watchers (or answers `Down` with `NoProc` if the server is
+///    gone) and delivers the message.
+/// 3. The server calls [`reply`]: it removes the monitor from its own
+///    watchers (the reply implies the demonitor) and sends **one** alias
+///    frame (kind 18: caller pid, `r`, descriptor, the reply).
+/// 4. The caller's node delivers it only if alias `r` is active, and
+///    deactivates it (one-shot). The caller takes the reply and forgets its
+///    half of the monitor locally. No demonitor frame.
+///
+/// So a call is one frame each way. If the server dies first, the monitor
+/// fires (`ProcessDied`, the request fails with the reason); if the
+/// connection is lost, with `NoConnection`. On a timeout the caller
+/// deactivates the alias and cancels the monitor (that one sends a
+/// demonitor frame): a reply that comes later is dropped at the alias and
+/// never waits in the mailbox. (A reply sent by a process other than the
+/// server, to which the server handed the alias, leaves the server's
+/// watcher entry in place until the server ends; the caller ignores what
+/// it then reports.)
+///
+/// Locally the same steps run without frames.
 ///
 /// # Errors
 ///

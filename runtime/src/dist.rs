@@ -16,6 +16,8 @@
 //! |------|-------------------------------------------------------------|
 //! | 16   | deliver: to-pid (node u64, creation u32, serial u64), descriptor hash u64, graph bytes |
 //! | 17   | control: a graph-encoded [`Ctl`]                             |
+//! | 18   | alias: owner pid, alias id u64, descriptor hash u64, graph bytes (see `alias.rs`) |
+//! | 19   | request: to-pid, caller pid, reference id u64, descriptor hash u64, graph bytes: a message with its monitor (see `alias.rs`) |
 //!
 //! # Node loss
 //!

@@ -8,16 +8,7 @@
 //! [`NodeDown`] when that node goes (as `erlang:monitor_node/2`: one message
 //! per call, and at once if the node is not connected).
 //!
-//! Protocol (all on this node, no frame): the transport's `peer_up`
-//! callback (a connection's handshake done) records the node as *up* under
-//! its connection id, publishes the connection, sends what auto-connect held
-//! for that node, then delivers `NodeUp` to the subscribers, all under one
-//! lock. The node loop's `node_lost` (a connection gone) delivers `NodeDown`
-//! only if the lost connection is the one recorded as up. A reconnect that
-//! lands before the old connection's loss is processed first announces the
-//! old one's `NodeDown`. So for each node a subscriber sees `NodeUp` and
-//! `NodeDown` alternate, starting with `NodeUp`, and a `NodeDown` is sent
-//! before the monitors and links across that connection fire.
+//! The protocol is on [`monitor_nodes`].
 //!
 //! # Names
 //!
@@ -26,15 +17,7 @@
 //!
 //! # Auto-connect
 //!
-//! [`AutoConnect`] (on [`NodeConfig`](crate::NodeConfig)) says what happens
-//! on the first use of a pid of a node that is known (its name and address
-//! were seen: connected once, or named to [`connect_name`]) but not
-//! connected now: a send, an alias send, or a [`request`](crate::request).
-//! A send starts a connection on the blocking pool and its frame is held
-//! (in order, up to 8 MiB per node) until the connection is up, then sent;
-//! dropped if the connection fails, as a send to an unreachable node is.
-//! A request connects first, parking the caller. Monitors and links do not
-//! auto-connect: they report `NoConnection` at once.
+//! See [`AutoConnect`].
 //!
 //! # Partitions (tests)
 //!
@@ -84,8 +67,19 @@ pub struct NodeDown {
     pub reason: String,
 }
 
-/// When to connect to a known node on first use of one of its pids (see
-/// the [module docs](self)); Erlang's `dist_auto_connect`.
+/// When to connect to a known node on first use of one of its pids;
+/// Erlang's `dist_auto_connect`.
+///
+/// [`AutoConnect`] (on [`NodeConfig`](crate::NodeConfig)) says what happens
+/// on the first use of a pid of a node that is known (its name and address
+/// were seen: connected once, or named to [`connect_name`]) but not
+/// connected now: a send, an alias send, or a [`request`](crate::request).
+/// A send starts a connection on the blocking pool and its frame is held
+/// (in order, up to 8 MiB per node) until the connection is up, then sent;
+/// dropped if the connection fails, as a send to an unreachable node is.
+/// A request connects first, parking the caller. Monitors and links do not
+/// auto-connect: they report `NoConnection` at once.
+///
 ///
 /// ```
 /// let cfg = graft::NodeConfig::new("127.0.0.1:0").auto_connect(graft::AutoConnect::Once);
@@ -320,6 +314,18 @@ pub(crate) fn name_placeholder(node: NodeId) -> Pid {
 /// With `true`, the caller receives a [`NodeUp`] whenever a node connects
 /// and a [`NodeDown`] whenever one is lost, until it calls
 /// `monitor_nodes(false)` or ends (as `net_kernel:monitor_nodes/1`).
+///
+/// Protocol (all on this node, no frame): the transport's `peer_up`
+/// callback (a connection's handshake done) records the node as *up* under
+/// its connection id, publishes the connection, sends what auto-connect held
+/// for that node, then delivers `NodeUp` to the subscribers, all under one
+/// lock. The node loop's `node_lost` (a connection gone) delivers `NodeDown`
+/// only if the lost connection is the one recorded as up. A reconnect that
+/// lands before the old connection's loss is processed first announces the
+/// old one's `NodeDown`. So for each node a subscriber sees `NodeUp` and
+/// `NodeDown` alternate, starting with `NodeUp`, and a `NodeDown` is sent
+/// before the monitors and links across that connection fire.
+///
 ///
 /// # Panics
 ///

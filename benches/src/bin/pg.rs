@@ -32,7 +32,7 @@ fn main() {
     std::thread::sleep(Duration::from_millis(200));
     let member = nodes[0]
         .spawn(|| loop {
-            let _ = expect::<()>();
+            expect::<()>();
         })
         .expect("member");
     let (tx, rx) = std::sync::mpsc::channel::<Instant>();

@@ -24,8 +24,11 @@ struct VTable {
     /// Encodes the value for another node, for a value sent as a
     /// [`Message`](crate::Message) (so that a process can forward mail of a
     /// type it does not know, see [`Unknown`](crate::Unknown)).
-    encode: Option<fn(&Value) -> Result<(u64, Vec<u8>), crate::Error>>,
+    encode: Option<EncodeFn>,
 }
+
+/// Encodes a value for another node: `(descriptor hash, bytes)`.
+type EncodeFn = fn(&Value) -> Result<(u64, Vec<u8>), crate::Error>;
 
 /// The storage: the value itself, or its box.
 union Data {
