@@ -509,3 +509,110 @@ fn a_partition_cuts_two_halves_until_healed() {
     testing::heal(&[&ns[0], &ns[1]], &[&ns[2], &ns[3]]);
     eventually("mesh again", || ns.iter().all(|n| n.nodes().len() == 3));
 }
+
+/// A peer that speaks the transport but not the runtime's rules.
+struct Rogue;
+impl graft_net::Handler for Rogue {
+    fn peer_up(&self, _: &graft_net::PeerInfo) {}
+    fn frame(&self, _: &graft_net::PeerInfo, _: u8, _: Vec<u8>) {}
+    fn peer_down(&self, _: &graft_net::PeerInfo, _: &graft_net::NetError) {}
+}
+
+fn pid_bytes(p: Pid) -> Vec<u8> {
+    let mut v = p.node().0.to_le_bytes().to_vec();
+    v.extend_from_slice(&p.creation().to_le_bytes());
+    v.extend_from_slice(&p.serial().to_le_bytes());
+    v
+}
+
+#[test]
+fn forged_truncated_and_stale_alias_and_request_frames_are_refused() {
+    let a = node("rogue");
+    let (tx, rx) = std::sync::mpsc::channel::<(Pid, Alias, Alias)>();
+    let (got_tx, got_rx) = std::sync::mpsc::channel::<u64>();
+    a.spawn(move || {
+        let live = alias();
+        let dead = alias();
+        unalias(dead);
+        tx.send((self_pid(), live, dead)).unwrap();
+        loop {
+            let n: u64 = expect();
+            got_tx.send(n).unwrap();
+        }
+    })
+    .unwrap();
+    let (target, live, dead) = rx.recv().unwrap();
+    let name = "rogue@127.0.0.1:1";
+    let rogue_node = NodeId::from_name(name);
+    let cookie = graft_net::resolve_cookie(Some("rogue")).unwrap();
+    let t = graft_net::Transport::start(
+        graft_net::NetConfig::new(name, "127.0.0.1:0".parse().unwrap()).cookie(cookie),
+        std::sync::Arc::new(Rogue),
+    )
+    .unwrap();
+    let peer = t.connect(a.addr()).unwrap();
+    let desc = graft::graph::descriptor_of::<u64>().hash();
+    let alias_frame = |owner: Pid, id: u64, n: u64| {
+        let mut f = pid_bytes(owner);
+        f.extend_from_slice(&id.to_le_bytes());
+        f.extend_from_slice(&desc.to_le_bytes());
+        f.extend_from_slice(&graft::graph::encode(&n));
+        f
+    };
+    let request_frame = |to: Pid, owner: Pid, r: u64, n: u64| {
+        let mut f = pid_bytes(to);
+        f.extend_from_slice(&pid_bytes(owner));
+        f.extend_from_slice(&r.to_le_bytes());
+        f.extend_from_slice(&desc.to_le_bytes());
+        f.extend_from_slice(&graft::graph::encode(&n));
+        f
+    };
+    let kind_alias = graft_net::FIRST_USER_KIND + 2;
+    let kind_request = graft_net::FIRST_USER_KIND + 3;
+    let other_node_pid = Pid::new(NodeId::from_name("elsewhere@127.0.0.1:2"), 1, 5);
+    let rogue_pid = Pid::new(rogue_node, peer.creation.wrapping_add(1), 9);
+    let id_of = |a: Alias| a.reference().id();
+    // Refused: truncated frames of both kinds, an inactive alias, an alias
+    // id the process never made, an owner not on this node, a request
+    // whose caller claims another node.
+    for f in [
+        (
+            kind_alias,
+            alias_frame(target, id_of(live), 1)[..10].to_vec(),
+        ),
+        (
+            kind_request,
+            request_frame(target, rogue_pid, 1, 2)[..30].to_vec(),
+        ),
+        (kind_alias, alias_frame(target, id_of(dead), 3)),
+        (kind_alias, alias_frame(target, 999_999, 4)),
+        (kind_alias, alias_frame(other_node_pid, id_of(live), 5)),
+        (kind_request, request_frame(target, other_node_pid, 7, 6)),
+        (kind_alias, Vec::new()),
+        (kind_request, Vec::new()),
+    ] {
+        t.send(peer.id, f.0, &f.1).unwrap();
+    }
+    // Accepted: the live alias, and a well-formed request (its monitor
+    // lands on the target and goes with the connection).
+    t.send(peer.id, kind_alias, &alias_frame(target, id_of(live), 100))
+        .unwrap();
+    t.send(
+        peer.id,
+        kind_request,
+        &request_frame(target, rogue_pid, 8, 101),
+    )
+    .unwrap();
+    assert_eq!(got_rx.recv_timeout(LONG).unwrap(), 100);
+    assert_eq!(got_rx.recv_timeout(LONG).unwrap(), 101);
+    assert!(got_rx.recv_timeout(Duration::from_millis(200)).is_err());
+    let watchers = |a: &Node| {
+        a.run(move || process_info(target).unwrap().monitored_by)
+            .unwrap()
+    };
+    assert_eq!(watchers(&a), vec![rogue_pid]);
+    t.shutdown();
+    eventually("the rogue's monitor gone with it", || {
+        watchers(&a).is_empty()
+    });
+}

@@ -63,7 +63,12 @@ fn main() {
             exit(pong, ExitReason::Kill);
             report("dist_request", "us_per_request", "us", per[0]);
             report("dist_request", "us_per_roundtrip", "us", per[1]);
-            report("dist_request", "request_over_roundtrip", "ratio", per[0] / per[1]);
+            report(
+                "dist_request",
+                "request_over_roundtrip",
+                "ratio",
+                per[0] / per[1],
+            );
             // The same request to a server on this node.
             let local = spawn(|| loop {
                 let Ask { n, from } = expect();
