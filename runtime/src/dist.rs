@@ -312,7 +312,7 @@ impl Dist {
         let Some(peer) = self.peers.write().remove(&node) else {
             return false;
         };
-        self.mon.note_down_reason(peer.info.id, "disconnect".into());
+        self.mon.note_down(node, peer.info.id, "disconnect".into());
         t.disconnect(peer.info.id);
         true
     }
@@ -668,7 +668,9 @@ impl Handler for NetHandler {
     fn peer_down(&self, peer: &PeerInfo, reason: &NetError) {
         let Some(n) = self.node.upgrade() else { return };
         log::info!("graft: {} lost {}: {reason}", n.name, peer.name);
-        n.dist.mon.note_down_reason(peer.id, reason.to_string());
+        n.dist
+            .mon
+            .note_down(NodeId::from_name(&peer.name), peer.id, reason.to_string());
         let _ = n.commands.send(NodeCommand::PeerDown {
             node: NodeId::from_name(&peer.name),
             peer: peer.id,

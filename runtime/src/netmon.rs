@@ -176,9 +176,13 @@ impl NetMon {
         }
     }
 
-    /// Notes why connection `peer` went (the first reason noted stays).
-    pub(crate) fn note_down_reason(&self, peer: PeerId, reason: String) {
-        self.state.lock().down_reasons.entry(peer).or_insert(reason);
+    /// Notes why connection `peer` to `node` went (the first reason noted
+    /// stays), and that `node` was lost (for `AutoConnect::Once`, at once:
+    /// the node loop's `node_lost` comes later).
+    pub(crate) fn note_down(&self, node: NodeId, peer: PeerId, reason: String) {
+        let mut s = self.state.lock();
+        s.down_reasons.entry(peer).or_insert(reason);
+        s.lost.insert(node);
     }
 
     /// Connection `peer` to `id` is gone (run by the node loop).
