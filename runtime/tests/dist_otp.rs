@@ -168,7 +168,9 @@ struct Ask {
     from: Alias,
 }
 
-/// A server that answers `Ask` with `2n`, after `wait_ms`.
+/// A server that answers `Ask` with `2n`, after `wait_ms`; a slow answer
+/// is followed by a plain message `"replied"` to the asker (it arrives
+/// after the answer, which it follows on the same path).
 fn doubler() {
     loop {
         let Ask { n, wait_ms, from } = expect();
@@ -176,6 +178,9 @@ fn doubler() {
             sleep(Duration::from_millis(wait_ms));
         }
         reply(from, n * 2);
+        if wait_ms > 0 {
+            send(from.owner(), String::from("replied"));
+        }
     }
 }
 
@@ -283,8 +288,10 @@ fn a_remote_request_is_one_frame_each_way_and_a_late_reply_is_dropped() {
                 Some(Duration::from_millis(20)),
             );
             assert_eq!(r, Err(RequestError::Timeout));
-            sleep(Duration::from_millis(600));
-            // Anything in the mailbox?
+            // Once "replied" is here, the late answer has been handled.
+            let note = receive().on(|s: String| s).timeout(LONG);
+            assert_eq!(note.as_deref(), Some("replied"));
+            // Anything else in the mailbox?
             receive()
                 .any(|_u: Unknown| ())
                 .timeout(Duration::ZERO)
@@ -411,7 +418,14 @@ fn auto_connect_on_first_use_once_and_always() {
         let got = a
             .run(move || {
                 send(keeper, (self_pid(), String::from("hi")));
-                receive().on(|s: String| s).timeout(Duration::from_secs(5))
+                // Long enough for a connection when one is made; a short
+                // look for the modes that must not make one.
+                let wait = if mode == AutoConnect::Always {
+                    LONG
+                } else {
+                    Duration::from_millis(500)
+                };
+                receive().on(|s: String| s).timeout(wait)
             })
             .unwrap();
         match mode {
