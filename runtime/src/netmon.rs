@@ -490,10 +490,16 @@ fn addr_of_name(name: &str) -> Result<SocketAddr, Error> {
 
 /// Connects to the node named `name`, where the name carries the address
 /// (`"kv@127.0.0.3:4370"`: the node was started with that name and listens
-/// there), and checks the node there has that name.
+/// there) or names a node this one has been connected to, and checks the
+/// node there has that name.
 fn connect_name_on(n: &Arc<NodeShared>, name: &str) -> Result<NodeId, Error> {
-    let addr = addr_of_name(name)?;
     let want = NodeId::from_name(name);
+    // A name without its address: one this node has met is remembered.
+    let known = n.dist.mon.state.lock().known.get(&want).map(|k| k.1);
+    let addr = match addr_of_name(name) {
+        Ok(a) => a,
+        Err(e) => known.ok_or(e)?,
+    };
     if want == n.id {
         return Ok(want);
     }
@@ -513,7 +519,9 @@ fn connect_name_on(n: &Arc<NodeShared>, name: &str) -> Result<NodeId, Error> {
 
 /// Connects to the node named `name`, whose name carries its address
 /// (`"kv@127.0.0.3:4370"`), as [`connect`](crate::connect) does to an
-/// address; the node there must have that name.
+/// address; the node there must have that name. A name without an address
+/// (`"kv@127.0.0.1"`) is found among the nodes this node has been connected
+/// to (their names and addresses are remembered).
 ///
 /// # Errors
 ///

@@ -396,6 +396,14 @@ fn connect_by_a_name_that_carries_the_address() {
         assert!(connect_name("x@nowhere.invalid:1").is_err());
     })
     .unwrap();
+    // A name without its address, of a node met before.
+    let plain = Node::start(config("cn").name("plain@127.0.0.1")).unwrap();
+    let plain_id = plain.id();
+    assert!(a.connect_name("plain@127.0.0.1").is_err(), "never met");
+    a.connect(plain.addr()).unwrap();
+    assert!(a.disconnect(plain_id));
+    eventually("gone", || !a.nodes().contains(&plain_id));
+    assert_eq!(a.connect_name("plain@127.0.0.1").unwrap(), plain_id);
 }
 
 #[test]
