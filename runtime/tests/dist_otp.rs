@@ -440,6 +440,24 @@ fn auto_connect_on_first_use_once_and_always() {
             AutoConnect::Always => {
                 assert_eq!(got.as_deref(), Some("hi"));
                 assert!(a.nodes().contains(&b_id));
+                // A request connects before it is sent.
+                let server = b.run(|| spawn(doubler)).unwrap();
+                assert!(a.disconnect(b_id));
+                eventually("disconnected", || !b.nodes().contains(&a.id()));
+                let r = a
+                    .run(move || {
+                        request::<_, u64>(
+                            server,
+                            |from| Ask {
+                                n: 3,
+                                wait_ms: 0,
+                                from,
+                            },
+                            Some(LONG),
+                        )
+                    })
+                    .unwrap();
+                assert_eq!(r, Ok(6));
             }
             _ => {
                 assert_eq!(got, None, "{mode:?}");
