@@ -656,3 +656,43 @@ fn forged_truncated_and_stale_alias_and_request_frames_are_refused() {
         watchers(&a).is_empty()
     });
 }
+
+#[test]
+fn node_up_and_down_alternate_through_fast_reconnects() {
+    let a = node("alt");
+    let b = node("alt");
+    let (b_addr, b_id) = (b.addr(), b.id());
+    let seen = a
+        .run(move || {
+            monitor_nodes(true);
+            connect(b_addr).unwrap();
+            for _ in 0..20 {
+                disconnect(b_id);
+                // Connect again at once: the new connection may come up
+                // before the node loop has handled the old one's loss.
+                let t = Instant::now();
+                while connect(b_addr).is_err() {
+                    assert!(t.elapsed() < LONG);
+                }
+            }
+            sleep(Duration::from_millis(300));
+            let mut seen = Vec::new();
+            while let Some(e) = receive()
+                .when(move |u: &NodeUp| u.node == b_id, |_| 'u')
+                .when(move |d: &NodeDown| d.node == b_id, |_| 'd')
+                .timeout(Duration::ZERO)
+            {
+                seen.push(e);
+            }
+            seen
+        })
+        .unwrap();
+    assert!(!seen.is_empty());
+    for (i, e) in seen.iter().enumerate() {
+        assert_eq!(*e, if i % 2 == 0 { 'u' } else { 'd' }, "{seen:?}");
+    }
+    // Connected at the end: the last one is an up.
+    if a.nodes().contains(&b_id) {
+        assert_eq!(seen.last(), Some(&'u'), "{seen:?}");
+    }
+}
