@@ -202,11 +202,13 @@ fn views() -> &'static Views {
     V.get_or_init(Default::default)
 }
 
+/// This node's table (`None` outside a process).
 fn view() -> Option<Arc<RwLock<Table>>> {
+    let node = graft::try_self_pid()?.node();
     views()
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .get(&this_node())
+        .get(&node)
         .cloned()
 }
 
@@ -216,6 +218,10 @@ fn view() -> Option<Arc<RwLock<Table>>> {
 /// # Errors
 ///
 /// `Error::NameTaken` if one runs already.
+///
+/// # Panics
+///
+/// Outside a process.
 pub fn start() -> Result<Pid, Error> {
     let table = Arc::new(RwLock::new(Table::new()));
     let t2 = table.clone();
@@ -271,7 +277,8 @@ pub fn unregister_name(name: &str) -> Result<(), GlobalError> {
     }
 }
 
-/// The pid registered under `name`, as this node's table has it.
+/// The pid registered under `name`, as this node's table has it (`None`
+/// outside a process).
 pub fn whereis_name(name: &str) -> Option<Pid> {
     view()?.read().ok()?.get(name).map(|e| e.pid)
 }

@@ -166,8 +166,9 @@ fn views() -> &'static Views {
     V.get_or_init(Default::default)
 }
 
+/// This node's view of `scope` (`None` outside a process).
 fn view_of(scope: &str) -> Option<Arc<RwLock<View>>> {
-    let key = (this_node(), scope.to_string());
+    let key = (graft::try_self_pid()?.node(), scope.to_string());
     views()
         .lock()
         .unwrap_or_else(|e| e.into_inner())
@@ -191,6 +192,10 @@ pub fn start() -> Result<Pid, Error> {
 /// # Errors
 ///
 /// `Error::NameTaken` if something on this node is registered as `scope`.
+///
+/// # Panics
+///
+/// Outside a process.
 pub fn start_scope(scope: &str) -> Result<Pid, Error> {
     let view = Arc::new(RwLock::new(View::default()));
     let key = (this_node(), scope.to_string());
@@ -267,7 +272,8 @@ pub fn leave(scope: &str, group: &str, pid: Pid) -> Result<bool, PgError> {
 }
 
 /// The members of `group` in `scope` on every node, as this node knows
-/// them (`pg:get_members/2`); empty if there is no such scope here.
+/// them (`pg:get_members/2`); empty if there is no such scope here (or
+/// outside a process).
 pub fn get_members(scope: &str, group: &str) -> Vec<Pid> {
     view_of(scope)
         .and_then(|v| v.read().ok()?.all.get(group).cloned())
