@@ -74,6 +74,9 @@ pub mod erpc;
 pub mod gen_server;
 pub mod gen_server_multi;
 pub mod gen_statem;
+
+pub mod global;
+pub mod pg;
 pub mod prelude;
 pub mod supervisor;
 pub mod task;

@@ -76,6 +76,7 @@
 // `#[derive(Mobile)]` names `::graft::...`; let it work inside this crate too.
 extern crate self as graft;
 
+mod alias;
 mod api;
 mod channel;
 mod context;
@@ -89,6 +90,7 @@ pub mod graph;
 mod hibernate;
 mod loom;
 mod message;
+mod netmon;
 mod node;
 mod overflow;
 mod pid;
@@ -100,6 +102,11 @@ mod wakeup;
 
 #[doc(hidden)]
 pub use api::spawn_encoded_on;
+
+pub use alias::{
+    alias, receive_response, reply, request, send_alias, send_request, unalias, Alias,
+    RequestError, RequestId,
+};
 pub use api::{
     blocking, call_on, cancel_timer, connect, demonitor, demonitor_flush, disconnect, exit,
     exit_self, is_alive, link, local, make_ref, monitor, node_name, nodes, process_count,
@@ -121,6 +128,9 @@ pub use graft_derive::Mobile;
 pub use graph::Mobile;
 pub use hibernate::hibernate;
 pub use message::Local;
+pub use netmon::{
+    connect_name, monitor_name, monitor_node, monitor_nodes, testing, AutoConnect, NodeDown, NodeUp,
+};
 pub use node::{Node, NodeConfig};
 pub use pid::{MonitorRef, NodeId, Pid};
 pub use process::receive::{expect, expect_timeout, receive, Receive, Unknown};
