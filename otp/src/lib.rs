@@ -61,8 +61,18 @@
 //! for graft's distribution layer.
 #![forbid(unsafe_code)]
 
+pub mod application;
 pub mod gen_server;
 pub mod prelude;
 pub mod supervisor;
 
 pub use graft;
+// What a user of graft-otp alone reaches without naming `graft`: the graph
+// layer (mobile values and functions) and the runtime's own items.
+pub use graft::graph;
+pub use graft::{
+    call_on, channel, clause, local, mobile_fn, mobile_fn_once, node_name, process_info,
+    registered, spawn_on, Dest, Error, ExitReason, Message, Mobile, Node, NodeConfig, NodeId,
+    Pid, ProcessInfo, SpawnOpts,
+};
+pub use graft::graph::{MobileFn, MobileFnOnce};

@@ -182,6 +182,55 @@ impl ChildSpec {
         ChildSpec::new(id, move || gen_server::start(make()).map(|s| s.pid()))
     }
 
+    /// A worker that is the gen_server `make()` returns, registered under
+    /// `id` on this node (found with `Server::at(id)` or, from another
+    /// node, `Server::at((id, node))`). A restart registers the new server
+    /// under the same name.
+    ///
+    /// ```
+    /// use graft_otp::prelude::*;
+    ///
+    /// struct Ping;
+    /// impl GenServer for Ping {
+    ///     type Call = ();
+    ///     type Cast = ();
+    ///     type Reply = u8;
+    ///     fn handle_call(&mut self, _: (), _: &ReplyTo<u8>) -> CallResult<u8> {
+    ///         CallResult::Reply(1)
+    ///     }
+    /// }
+    ///
+    /// let node = Node::start(NodeConfig::new("127.0.0.1:0")).unwrap();
+    /// let one = node.run(|| {
+    ///     Supervisor::new(Strategy::OneForOne)
+    ///         .child(ChildSpec::server_named("ping", || Ping))
+    ///         .start()
+    ///         .unwrap();
+    ///     Server::<Ping>::at("ping").unwrap().call(()).unwrap()
+    /// }).unwrap();
+    /// assert_eq!(one, 1);
+    /// node.shutdown();
+    /// ```
+    pub fn server_named<S, F>(id: &str, make: F) -> ChildSpec
+    where
+        S: GenServer,
+        F: Fn() -> S + Send + Sync + 'static,
+    {
+        ChildSpec::server_with(id, gen_server::StartOpts::new().name(id), make)
+    }
+
+    /// A gen_server worker started with `opts` (a name, a timeout on
+    /// `init`, spawn options; see [`gen_server::StartOpts`]).
+    pub fn server_with<S, F>(id: impl Into<String>, opts: gen_server::StartOpts, make: F) -> ChildSpec
+    where
+        S: GenServer,
+        F: Fn() -> S + Send + Sync + 'static,
+    {
+        ChildSpec::new(id, move || {
+            gen_server::start_with(make(), opts.clone()).map(|s| s.pid())
+        })
+    }
+
     /// A gen_server child on another node (`ChildSpec::on(node)` in the
     /// brief): `make()` builds the server here, it travels to `node` and is
     /// started there with [`gen_server::start_on`], linked to the
@@ -338,7 +387,12 @@ pub struct Supervisor {
 
 impl Supervisor {
     /// A supervisor with `strategy`, no children, and OTP's default
-    /// intensity (1 restart in 5 seconds).
+    /// intensity: **at most 1 restart in 5 seconds**. A second crash within
+    /// 5 s makes the supervisor give up (it stops its children and exits
+    /// with `Shutdown`, which its own parent sees as a crash). That is
+    /// OTP's default too, and strict on purpose; a child that may crash in
+    /// bursts wants [`intensity`](Self::intensity), e.g. `.intensity(10,
+    /// Duration::from_secs(10))`.
     pub fn new(strategy: Strategy) -> Supervisor {
         Supervisor {
             strategy,
@@ -1166,6 +1220,11 @@ pub fn get_child(sup: Pid, id: &str) -> Option<Pid> {
 /// Stops a supervisor as its parent's exit would (OTP's
 /// `gen_server:stop(Sup)`): its children stop in reverse start order, then
 /// it ends with `reason`. Waits until it has ended.
+///
+/// **The supervisor is linked to the process that started it**: stopped
+/// with any reason but `Normal`, its exit signal takes that process down
+/// too (unless it traps exits), as in OTP. Stop it with
+/// `ExitReason::Normal` (as below) to stay alive, or `unlink` it first.
 ///
 /// # Errors
 ///
