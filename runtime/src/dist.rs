@@ -538,7 +538,7 @@ impl Handler for NetHandler {
         let Ok(sender) = t.sender(peer.id) else {
             return;
         };
-        let id = NodeId::from_name(&peer.name);
+        let id = crate::pid::note_node_name(&peer.name);
         let others: Vec<String> = n
             .dist
             .peers

@@ -173,7 +173,11 @@ fn retarget(ts: TokenStream2, krate: &TokenStream2) -> TokenStream2 {
         if let (Some(TokenTree::Punct(a)), Some(TokenTree::Punct(b)), Some(TokenTree::Ident(id))) =
             (tokens.get(i), tokens.get(i + 1), tokens.get(i + 2))
         {
-            let preceded_by_path = i > 0 && matches!(&tokens[i - 1], TokenTree::Ident(_));
+            // `a::graft::X` (a user's path in a field type) stays; after a
+            // keyword (`impl ::graft::..`, `as ::graft::..`) it is ours.
+            let preceded_by_path = i > 0
+                && matches!(&tokens[i - 1], TokenTree::Ident(p)
+                    if !is_keyword(&p.to_string()));
             if a.as_char() == ':' && b.as_char() == ':' && id == "graft" && !preceded_by_path {
                 out.extend(krate.clone());
                 i += 3;
@@ -193,9 +197,29 @@ fn retarget(ts: TokenStream2, krate: &TokenStream2) -> TokenStream2 {
     out
 }
 
+/// A keyword that may stand before a path starting with `::` (`crate`,
+/// `self`, `super` and `Self` start paths themselves: not here).
+fn is_keyword(word: &str) -> bool {
+    matches!(
+        word,
+        "as" | "box" | "const" | "dyn" | "else" | "for" | "if" | "impl" | "in" | "let" | "match"
+            | "move" | "mut" | "pub" | "ref" | "return" | "static" | "type" | "unsafe" | "use"
+            | "where" | "while" | "yield"
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::choose_path;
+
+    #[test]
+    fn retargets_only_the_leading_graft_paths() {
+        let ts = quote::quote!(impl ::graft::A for T { fn f(_: &mut ::graft::B, _: my::graft::C) {} });
+        let out = super::retarget(ts, &quote::quote!(::kv::graft)).to_string();
+        assert_eq!(out.matches(":: kv :: graft :: A").count(), 1, "{out}");
+        assert_eq!(out.matches(":: kv :: graft :: B").count(), 1, "{out}");
+        assert!(out.contains("my :: graft :: C"), "{out}");
+    }
 
     #[test]
     fn picks_the_crate_from_the_manifest() {
