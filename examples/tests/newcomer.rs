@@ -166,6 +166,9 @@ fn the_readme_program_builds_alone_and_serves_another_node() {
     assert!(status.success(), "{status}: {logs}");
     // The logs are visible, and the tree stopped cleanly.
     assert!(logs.contains("kv: started as"), "{logs}");
-    assert!(logs.contains("kv: stopping (shutdown) with 1 keys"), "{logs}");
+    assert!(
+        logs.contains("kv: stopping (shutdown) with 1 keys"),
+        "{logs}"
+    );
     assert!(logs.contains("application kv stopped"), "{logs}");
 }

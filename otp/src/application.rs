@@ -64,8 +64,8 @@
 
 use crate::gen_server::StartError;
 use graft::{
-    demonitor_flush, exit, monitor, receive, trap_exits, ExitReason, ExitSignal, Node,
-    NodeConfig, Pid, ProcessDied,
+    demonitor_flush, exit, monitor, receive, trap_exits, ExitReason, ExitSignal, Node, NodeConfig,
+    Pid, ProcessDied,
 };
 use std::collections::HashMap;
 use std::fmt;
@@ -231,15 +231,21 @@ pub struct Runner {
     config: NodeConfig,
     join: Vec<String>,
     apps: Vec<Box<dyn Application>>,
-    on_started: Option<Box<dyn FnOnce(&Node) + Send>>,
+    on_started: Option<OnStarted>,
 }
+
+/// What [`Runner::on_started`] runs.
+type OnStarted = Box<dyn FnOnce(&Node) + Send>;
 
 impl fmt::Debug for Runner {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Runner")
             .field("config", &self.config)
             .field("join", &self.join)
-            .field("apps", &self.apps.iter().map(|a| a.name()).collect::<Vec<_>>())
+            .field(
+                "apps",
+                &self.apps.iter().map(|a| a.name()).collect::<Vec<_>>(),
+            )
             .finish()
     }
 }
@@ -418,7 +424,10 @@ fn start_order(apps: Vec<Box<dyn Application>>) -> Result<Vec<Box<dyn Applicatio
                 .iter()
                 .map(|d| {
                     names.get(d).copied().ok_or_else(|| {
-                        format!("application {} depends on {d}, which is not in the runner", a.name())
+                        format!(
+                            "application {} depends on {d}, which is not in the runner",
+                            a.name()
+                        )
                     })
                 })
                 .collect::<Result<Vec<_>, _>>()
@@ -443,19 +452,16 @@ fn start_order(apps: Vec<Box<dyn Application>>) -> Result<Vec<Box<dyn Applicatio
     }
     let mut state = vec![0u8; apps.len()];
     let mut order = Vec::new();
-    for i in 0..apps.len() {
+    for (i, app) in apps.iter().enumerate() {
         if !visit(i, &deps, &mut state, &mut order) {
             return Err(format!(
                 "applications depend on each other in a cycle (through {})",
-                apps[i].name()
+                app.name()
             ));
         }
     }
     let mut slots: Vec<Option<Box<dyn Application>>> = apps.into_iter().map(Some).collect();
-    Ok(order
-        .into_iter()
-        .filter_map(|i| slots[i].take())
-        .collect())
+    Ok(order.into_iter().filter_map(|i| slots[i].take()).collect())
 }
 
 /// The runner's handle on one application's master process.
@@ -473,7 +479,11 @@ impl graft::Message for StopTree {}
 impl Master {
     /// Spawns the master, which starts the application's tree, and waits
     /// for the result.
-    fn start(node: &Node, mut app: Box<dyn Application>, events: mpsc::Sender<Event>) -> Result<Master, String> {
+    fn start(
+        node: &Node,
+        mut app: Box<dyn Application>,
+        events: mpsc::Sender<Event>,
+    ) -> Result<Master, String> {
         let name = app.name().to_string();
         let (started_tx, started_rx) = mpsc::channel::<Result<(), String>>();
         let (done_tx, done_rx) = mpsc::channel::<()>();
@@ -497,13 +507,17 @@ impl Master {
                 let timeout = app.shutdown_timeout();
                 let died = receive()
                     .on(|_: StopTree| None)
-                    .when(move |s: &ExitSignal| s.from == sup, |s: ExitSignal| Some(s.reason))
+                    .when(
+                        move |s: &ExitSignal| s.from == sup,
+                        |s: ExitSignal| Some(s.reason),
+                    )
                     .wait();
                 match died {
                     None => stop_tree(sup, timeout, &app_name),
                     Some(reason) => {
                         log::error!("graft: application {app_name} terminated: {reason}");
-                        let _ = events.send(Event::Stop(StopCause::AppDied(app_name.clone(), reason)));
+                        let _ =
+                            events.send(Event::Stop(StopCause::AppDied(app_name.clone(), reason)));
                         // Wait for the runner's stop, then run `stop`.
                         receive().on(|_: StopTree| ()).wait();
                     }
@@ -530,7 +544,10 @@ impl Master {
     fn stop(self, node: &Node) {
         node.send(self.pid, StopTree);
         if self.done.recv().is_err() {
-            log::warn!("graft: application {} ended without stopping cleanly", self.name);
+            log::warn!(
+                "graft: application {} ended without stopping cleanly",
+                self.name
+            );
         }
     }
 }
@@ -542,10 +559,15 @@ fn stop_tree(sup: Pid, timeout: Duration, app: &str) {
     let m = monitor(sup);
     exit(sup, ExitReason::Shutdown);
     let stopped = receive()
-        .when(move |d: &ProcessDied| d.monitor == m, |d: ProcessDied| d.reason)
+        .when(
+            move |d: &ProcessDied| d.monitor == m,
+            |d: ProcessDied| d.reason,
+        )
         .timeout(timeout);
     if stopped.is_none() {
-        log::error!("graft: application {app}: the tree did not stop within {timeout:?}: killing it");
+        log::error!(
+            "graft: application {app}: the tree did not stop within {timeout:?}: killing it"
+        );
         exit(sup, ExitReason::Kill);
         receive()
             .when(move |d: &ProcessDied| d.monitor == m, |_: ProcessDied| ())

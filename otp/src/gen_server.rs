@@ -58,8 +58,8 @@ use graft::{
 use std::any::{Any, TypeId};
 use std::fmt;
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -327,7 +327,10 @@ pub trait GenServer: Send + 'static {
     /// non-parents when trapping, plain sends). The default logs and drops
     /// it, as OTP does.
     fn handle_info(&mut self, msg: Unknown) -> Flow {
-        log::warn!("gen_server {}: unexpected message {msg:?}", me("handle_info"));
+        log::warn!(
+            "gen_server {}: unexpected message {msg:?}",
+            me("handle_info")
+        );
         Flow::Continue
     }
 
@@ -760,9 +763,19 @@ fn mismatch_of<S: GenServer>(found: &Types) -> CallError {
     let server = types_of::<S::Call, S::Reply>();
     let reply = found.call == server.call;
     let (expected, got, e, f) = if reply {
-        (server.reply_name, found.reply_name, server.reply_desc, found.reply_desc)
+        (
+            server.reply_name,
+            found.reply_name,
+            server.reply_desc,
+            found.reply_desc,
+        )
     } else {
-        (server.call_name, found.call_name, server.call_desc, found.call_desc)
+        (
+            server.call_name,
+            found.call_name,
+            server.call_desc,
+            found.call_desc,
+        )
     };
     let diff = match (e, f) {
         (Some(e), Some(f)) => e.first_difference(f),
@@ -1158,7 +1171,10 @@ impl<P: Protocol> Server<P> {
                 form,
             }))) => {
                 let (found, mine) = if reply {
-                    (std::any::type_name::<P::Reply>(), P::Reply::full_descriptor())
+                    (
+                        std::any::type_name::<P::Reply>(),
+                        P::Reply::full_descriptor(),
+                    )
                 } else {
                     (std::any::type_name::<P::Call>(), P::Call::full_descriptor())
                 };
@@ -1674,10 +1690,7 @@ enum Event<S: GenServer> {
 fn open<S: GenServer>(mut e: Envelope) -> Option<RequestOf<S>> {
     match e.0.caller.take() {
         Some(caller) => {
-            let slot = e
-                .0
-                .payload
-                .downcast_mut::<CallPayload<S::Call, S::Reply>>();
+            let slot = e.0.payload.downcast_mut::<CallPayload<S::Call, S::Reply>>();
             match slot.and_then(Option::take) {
                 Some((req, _)) => Some(Request::Call {
                     req,
@@ -1696,7 +1709,11 @@ fn open<S: GenServer>(mut e: Envelope) -> Option<RequestOf<S>> {
                         me("gen_server"),
                         caller.pid
                     );
-                    let active = caller.guard.active.lock().unwrap_or_else(|e| e.into_inner());
+                    let active = caller
+                        .guard
+                        .active
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner());
                     if *active == Some(caller.tag) {
                         send(
                             caller.pid,
@@ -1732,7 +1749,13 @@ fn open<S: GenServer>(mut e: Envelope) -> Option<RequestOf<S>> {
 /// logged (casts).
 fn remote_to_local<S: GenServer>(r: RemoteRequest) -> Option<RequestOf<S>> {
     let fail = |from: Pid, tag: MonitorRef, why: RemoteFail| {
-        send(from, RemoteReply { tag, result: Err(why) });
+        send(
+            from,
+            RemoteReply {
+                tag,
+                result: Err(why),
+            },
+        );
     };
     match r {
         RemoteRequest::Call {
@@ -1743,8 +1766,20 @@ fn remote_to_local<S: GenServer>(r: RemoteRequest) -> Option<RequestOf<S>> {
         } => {
             let found = graft::graph::peek_descriptor(&bytes).ok();
             let checks = [
-                (false, found, S::Call::remote_descriptor(), S::Call::full_descriptor(), std::any::type_name::<S::Call>()),
-                (true, Some(reply), S::Reply::remote_descriptor(), S::Reply::full_descriptor(), std::any::type_name::<S::Reply>()),
+                (
+                    false,
+                    found,
+                    S::Call::remote_descriptor(),
+                    S::Call::full_descriptor(),
+                    std::any::type_name::<S::Call>(),
+                ),
+                (
+                    true,
+                    Some(reply),
+                    S::Reply::remote_descriptor(),
+                    S::Reply::full_descriptor(),
+                    std::any::type_name::<S::Reply>(),
+                ),
             ];
             for (is_reply, theirs, ours, desc, name) in checks {
                 if theirs != ours {
@@ -1760,7 +1795,10 @@ fn remote_to_local<S: GenServer>(r: RemoteRequest) -> Option<RequestOf<S>> {
                             if is_reply { "reply" } else { "request" }
                         ))),
                     };
-                    log::warn!("gen_server {}: refused a call from {from}: {why:?}", me("gen_server"));
+                    log::warn!(
+                        "gen_server {}: refused a call from {from}: {why:?}",
+                        me("gen_server")
+                    );
                     fail(from, tag, why);
                     return None;
                 }
@@ -1781,7 +1819,11 @@ fn remote_to_local<S: GenServer>(r: RemoteRequest) -> Option<RequestOf<S>> {
                     })
                 }
                 Err(e) => {
-                    fail(from, tag, RemoteFail::Error(CallError::Remote(e.to_string())));
+                    fail(
+                        from,
+                        tag,
+                        RemoteFail::Error(CallError::Remote(e.to_string())),
+                    );
                     None
                 }
             }
@@ -1789,7 +1831,10 @@ fn remote_to_local<S: GenServer>(r: RemoteRequest) -> Option<RequestOf<S>> {
         RemoteRequest::Cast { bytes } => match S::Cast::decode_remote(&bytes) {
             Ok(msg) => Some(Request::Cast(msg)),
             Err(e) => {
-                log::warn!("gen_server {}: dropping a remote cast: {e}", me("gen_server"));
+                log::warn!(
+                    "gen_server {}: dropping a remote cast: {e}",
+                    me("gen_server")
+                );
                 None
             }
         },
@@ -1864,7 +1909,10 @@ fn serve<S: GenServer>(server: &mut S, parent: Option<Pid>, first: Option<Contin
     let reason = match guarded(|| server.terminate(&reason)) {
         Ok(()) => reason,
         Err(crash) => {
-            log::error!("gen_server {}: terminate panicked: {crash}", me("gen_server"));
+            log::error!(
+                "gen_server {}: terminate panicked: {crash}",
+                me("gen_server")
+            );
             crash
         }
     };

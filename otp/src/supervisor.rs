@@ -221,7 +221,11 @@ impl ChildSpec {
 
     /// A gen_server worker started with `opts` (a name, a timeout on
     /// `init`, spawn options; see [`gen_server::StartOpts`]).
-    pub fn server_with<S, F>(id: impl Into<String>, opts: gen_server::StartOpts, make: F) -> ChildSpec
+    pub fn server_with<S, F>(
+        id: impl Into<String>,
+        opts: gen_server::StartOpts,
+        make: F,
+    ) -> ChildSpec
     where
         S: GenServer,
         F: Fn() -> S + Send + Sync + 'static,

@@ -126,15 +126,27 @@ fn drifted_types_on_one_node_are_a_type_mismatch_naming_the_field() {
             },
             LONG,
         );
-        assert_mismatch(r, "v1::KvCall", "v2::KvCall", "KvCall.value: `u64` expected, `i64` found");
+        assert_mismatch(
+            r,
+            "v1::KvCall",
+            "v2::KvCall",
+            "KvCall.value: `u64` expected, `i64` found",
+        );
         // The server is fine, and a client naming the right protocol works.
         let good = Server::<KvV1>::from_pid(kv.pid());
         assert_eq!(good.call(put(7)).unwrap(), 7);
         // A reply type that differs is caught too (before the call runs).
         let r = Server::<KvWrongReply>::from_pid(kv.pid()).call_timeout(put(8), LONG);
         match r {
-            Err(CallError::TypeMismatch { expected, found, detail }) => {
-                assert_eq!((expected.as_str(), found.as_str()), ("u64", "alloc::string::String"));
+            Err(CallError::TypeMismatch {
+                expected,
+                found,
+                detail,
+            }) => {
+                assert_eq!(
+                    (expected.as_str(), found.as_str()),
+                    ("u64", "alloc::string::String")
+                );
                 assert!(detail.contains("reply type"), "{detail}");
             }
             other => panic!("{other:?}"),
@@ -178,7 +190,12 @@ fn drifted_types_across_nodes_are_a_type_mismatch_naming_the_field() {
             },
             LONG,
         );
-        assert_mismatch(r, "v1::KvCall", "v2::KvCall", "KvCall.value: `u64` expected, `i64` found");
+        assert_mismatch(
+            r,
+            "v1::KvCall",
+            "v2::KvCall",
+            "KvCall.value: `u64` expected, `i64` found",
+        );
         // Another server type on the other node.
         let counter = gen_server::start_on(b_id, Kv::default()).unwrap();
         let r = Server::<Counter>::from_pid(counter.pid()).call_timeout((), LONG);
@@ -210,19 +227,30 @@ fn a_lost_node_is_no_connection_and_other_failures_have_their_variants() {
         // By name on the other node, typed by the protocol alone.
         let kv = Server::<KvV1>::at(("kv", b_id)).unwrap();
         assert_eq!(kv.call(put(2)).unwrap(), 2);
-        assert_eq!(Server::<KvV1>::at(("nobody", b_id)).unwrap_err(), CallError::NoProc);
+        assert_eq!(
+            Server::<KvV1>::at(("nobody", b_id)).unwrap_err(),
+            CallError::NoProc
+        );
         // The node goes away: a call fails with NoConnection.
         graft::blocking(move || b2.shutdown());
         let r = kv.call_timeout(put(3), LONG);
         assert_eq!(r, Err(CallError::NoConnection));
-        assert_eq!(Server::<KvV1>::at(("kv", b_id)).unwrap_err(), CallError::NoConnection);
+        assert_eq!(
+            Server::<KvV1>::at(("kv", b_id)).unwrap_err(),
+            CallError::NoConnection
+        );
         let _ = b_addr;
 
         // Local: no process, exit during the call, timeout.
         let dead = spawn(|| {});
         let m = monitor(dead);
-        receive().when(move |d: &ProcessDied| d.monitor == m, |_| ()).wait();
-        assert_eq!(Server::<Kv>::from_pid(dead).call(put(1)), Err(CallError::NoProc));
+        receive()
+            .when(move |d: &ProcessDied| d.monitor == m, |_| ())
+            .wait();
+        assert_eq!(
+            Server::<Kv>::from_pid(dead).call(put(1)),
+            Err(CallError::NoProc)
+        );
         struct Crash;
         impl GenServer for Crash {
             type Call = Duration;
@@ -295,7 +323,14 @@ fn init_continue_runs_before_any_message_and_callbacks_can_continue() {
         .unwrap();
     assert_eq!(
         steps,
-        ["init", "continue 1", "continue 2", "continue 3", "cast", "continue 10"]
+        [
+            "init",
+            "continue 1",
+            "continue 2",
+            "continue 3",
+            "cast",
+            "continue 10"
+        ]
     );
     n.shutdown();
 }
@@ -338,7 +373,10 @@ fn start_options_name_timeout_and_spawn_options() {
 }
 
 fn mailbox_is_empty() -> bool {
-    receive().any(|_: Unknown| ()).timeout(Duration::ZERO).is_none()
+    receive()
+        .any(|_: Unknown| ())
+        .timeout(Duration::ZERO)
+        .is_none()
 }
 
 #[test]
@@ -358,5 +396,8 @@ struct Reexported {
 #[test]
 fn the_derive_takes_a_crate_path() {
     let bytes = graft_otp::graph::encode(&Reexported { n: 4 });
-    assert_eq!(graft_otp::graph::decode::<Reexported>(&bytes).unwrap(), Reexported { n: 4 });
+    assert_eq!(
+        graft_otp::graph::decode::<Reexported>(&bytes).unwrap(),
+        Reexported { n: 4 }
+    );
 }

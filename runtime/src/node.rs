@@ -560,7 +560,10 @@ impl Node {
             ))
         })?;
         let creation = random_creation();
-        let name = config.name.clone().unwrap_or_else(|| default_name(addr, creation));
+        let name = config
+            .name
+            .clone()
+            .unwrap_or_else(|| default_name(addr, creation));
         crate::pid::note_node_name(&name);
         let workers: Vec<crossbeam_deque::Worker<crate::sched::Runnable>> = (0..config.workers)
             .map(|_| crossbeam_deque::Worker::new_lifo())

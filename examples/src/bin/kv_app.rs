@@ -47,7 +47,11 @@ impl GenServer for Kv {
         trap_exits(true); // so that terminate runs on shutdown
         Ok(())
     }
-    fn handle_call(&mut self, req: KvCall, _: &ReplyTo<Option<String>>) -> CallResult<Option<String>> {
+    fn handle_call(
+        &mut self,
+        req: KvCall,
+        _: &ReplyTo<Option<String>>,
+    ) -> CallResult<Option<String>> {
         CallResult::Reply(match req {
             KvCall::Get(k) => self.0.get(&k).cloned(),
             KvCall::Put(k, v) => self.0.insert(k, v),
@@ -110,7 +114,8 @@ impl Application for Api {
     }
     fn start(&mut self) -> Result<Pid, StartError> {
         // The store is up: its server answers by name.
-        let kv = Server::<Kv>::at("kv").map_err(|e| StartError::Init(ExitReason::Other(e.to_string())))?;
+        let kv = Server::<Kv>::at("kv")
+            .map_err(|e| StartError::Init(ExitReason::Other(e.to_string())))?;
         kv.call(KvCall::Put("greeting".into(), "hello".into()))
             .map_err(|e| StartError::Init(ExitReason::Other(e.to_string())))?;
         let mut sup = Supervisor::new(Strategy::OneForOne)
@@ -134,6 +139,12 @@ fn main() -> std::process::ExitCode {
     application::Runner::from_env()
         .app(Api) // added first, started second: it depends on store
         .app(Store)
-        .on_started(|node| say(&format!("ready: node {} pid {}", node.name(), std::process::id())))
+        .on_started(|node| {
+            say(&format!(
+                "ready: node {} pid {}",
+                node.name(),
+                std::process::id()
+            ))
+        })
         .run()
 }

@@ -74,9 +74,9 @@ fn crate_path(input: &DeriveInput) -> syn::Result<TokenStream2> {
 /// but not on graft (see the crate docs).
 fn default_crate_path() -> TokenStream2 {
     let pkg = std::env::var("CARGO_PKG_NAME").unwrap_or_default();
-    let manifest = std::env::var("CARGO_MANIFEST_DIR")
-        .ok()
-        .and_then(|dir| std::fs::read_to_string(std::path::Path::new(&dir).join("Cargo.toml")).ok());
+    let manifest = std::env::var("CARGO_MANIFEST_DIR").ok().and_then(|dir| {
+        std::fs::read_to_string(std::path::Path::new(&dir).join("Cargo.toml")).ok()
+    });
     let path = match manifest {
         Some(text) if pkg != "graft" => choose_path(&text),
         _ => "::graft".to_string(),
@@ -95,10 +95,8 @@ fn choose_path(manifest: &str) -> String {
     let mut note = |key: &str, package: &str, normal: bool| {
         let ident = key.replace('-', "_");
         match package {
-            "graft" => {
-                if graft.as_ref().is_none_or(|(_, n)| !*n && normal) {
-                    graft = Some((ident, normal));
-                }
+            "graft" if graft.as_ref().is_none_or(|(_, n)| !*n && normal) => {
+                graft = Some((ident, normal));
             }
             "graft-otp" => {
                 otp.get_or_insert(ident);
@@ -109,7 +107,10 @@ fn choose_path(manifest: &str) -> String {
     for raw in manifest.lines() {
         let line = raw.split('#').next().unwrap_or("").trim();
         if line.starts_with('[') {
-            let name = line.trim_matches(|c| c == '[' || c == ']').trim().to_string();
+            let name = line
+                .trim_matches(|c| c == '[' || c == ']')
+                .trim()
+                .to_string();
             table_key = None;
             // `[dependencies.graft]`, `[dev-dependencies.graft-otp]`
             if let Some((t, key)) = name.rsplit_once('.') {
@@ -138,7 +139,12 @@ fn choose_path(manifest: &str) -> String {
             continue;
         };
         let key = key.trim();
-        let key = key.split('.').next().unwrap_or(key).trim().trim_matches('"');
+        let key = key
+            .split('.')
+            .next()
+            .unwrap_or(key)
+            .trim()
+            .trim_matches('"');
         let package = package_of(rest).unwrap_or_else(|| key.to_string());
         note(key, &package, normal);
     }
@@ -153,7 +159,9 @@ fn choose_path(manifest: &str) -> String {
 /// The `package = "..."` of a dependency line, if it has one.
 fn package_of(text: &str) -> Option<String> {
     let at = text.find("package")?;
-    let rest = text[at + "package".len()..].trim_start().strip_prefix('=')?;
+    let rest = text[at + "package".len()..]
+        .trim_start()
+        .strip_prefix('=')?;
     let rest = rest.trim_start().strip_prefix('"')?;
     Some(rest.split('"').next()?.to_string())
 }
@@ -202,37 +210,29 @@ fn retarget(ts: TokenStream2, krate: &TokenStream2) -> TokenStream2 {
 fn is_keyword(word: &str) -> bool {
     matches!(
         word,
-        "as" | "box" | "const" | "dyn" | "else" | "for" | "if" | "impl" | "in" | "let" | "match"
-            | "move" | "mut" | "pub" | "ref" | "return" | "static" | "type" | "unsafe" | "use"
-            | "where" | "while" | "yield"
+        "as" | "box"
+            | "const"
+            | "dyn"
+            | "else"
+            | "for"
+            | "if"
+            | "impl"
+            | "in"
+            | "let"
+            | "match"
+            | "move"
+            | "mut"
+            | "pub"
+            | "ref"
+            | "return"
+            | "static"
+            | "type"
+            | "unsafe"
+            | "use"
+            | "where"
+            | "while"
+            | "yield"
     )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::choose_path;
-
-    #[test]
-    fn retargets_only_the_leading_graft_paths() {
-        let ts = quote::quote!(impl ::graft::A for T { fn f(_: &mut ::graft::B, _: my::graft::C) {} });
-        let out = super::retarget(ts, &quote::quote!(::kv::graft)).to_string();
-        assert_eq!(out.matches(":: kv :: graft :: A").count(), 1, "{out}");
-        assert_eq!(out.matches(":: kv :: graft :: B").count(), 1, "{out}");
-        assert!(out.contains("my :: graft :: C"), "{out}");
-    }
-
-    #[test]
-    fn picks_the_crate_from_the_manifest() {
-        let otp_only = "[package]\nname = \"kv\"\n[dependencies]\ngraft-otp = { path = \"../otp\" }\nlog = \"0.4\"\n";
-        assert_eq!(choose_path(otp_only), "::graft_otp::graft");
-        let both = "[dependencies]\ngraft.workspace = true\ngraft-otp.workspace = true\n";
-        assert_eq!(choose_path(both), "::graft");
-        let renamed = "[dependencies]\nactors = { package = \"graft-otp\", path = \"x\" }\n";
-        assert_eq!(choose_path(renamed), "::actors::graft");
-        let table = "[dependencies.graft-otp]\npath = \"x\"\n[dev-dependencies]\ngraft = \"*\"\n";
-        assert_eq!(choose_path(table), "::graft_otp::graft");
-        assert_eq!(choose_path("[package]\nname = \"x\"\n"), "::graft");
-    }
 }
 
 /// One field: how to name it in text and descriptors, its type, its binding.
@@ -468,4 +468,32 @@ fn expand(mut input: DeriveInput) -> syn::Result<TokenStream2> {
             }
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::choose_path;
+
+    #[test]
+    fn retargets_only_the_leading_graft_paths() {
+        let ts =
+            quote::quote!(impl ::graft::A for T { fn f(_: &mut ::graft::B, _: my::graft::C) {} });
+        let out = super::retarget(ts, &quote::quote!(::kv::graft)).to_string();
+        assert_eq!(out.matches(":: kv :: graft :: A").count(), 1, "{out}");
+        assert_eq!(out.matches(":: kv :: graft :: B").count(), 1, "{out}");
+        assert!(out.contains("my :: graft :: C"), "{out}");
+    }
+
+    #[test]
+    fn picks_the_crate_from_the_manifest() {
+        let otp_only = "[package]\nname = \"kv\"\n[dependencies]\ngraft-otp = { path = \"../otp\" }\nlog = \"0.4\"\n";
+        assert_eq!(choose_path(otp_only), "::graft_otp::graft");
+        let both = "[dependencies]\ngraft.workspace = true\ngraft-otp.workspace = true\n";
+        assert_eq!(choose_path(both), "::graft");
+        let renamed = "[dependencies]\nactors = { package = \"graft-otp\", path = \"x\" }\n";
+        assert_eq!(choose_path(renamed), "::actors::graft");
+        let table = "[dependencies.graft-otp]\npath = \"x\"\n[dev-dependencies]\ngraft = \"*\"\n";
+        assert_eq!(choose_path(table), "::graft_otp::graft");
+        assert_eq!(choose_path("[package]\nname = \"x\"\n"), "::graft");
+    }
 }

@@ -130,8 +130,15 @@ fn item(s: &str) -> &str {
 /// named types and members open there).
 fn context_at(prefix: &str) -> String {
     enum Frame {
-        Named { name: String, is_enum: bool, field: String },
-        Variant { name: String, field: String },
+        Named {
+            name: String,
+            is_enum: bool,
+            field: String,
+        },
+        Variant {
+            name: String,
+            field: String,
+        },
         Other,
     }
     let mut stack: Vec<Frame> = Vec::new();
@@ -166,7 +173,11 @@ fn context_at(prefix: &str) -> String {
             ':' => {
                 let w = std::mem::take(&mut word);
                 match stack.last_mut() {
-                    Some(Frame::Named { is_enum: false, field, .. })
+                    Some(Frame::Named {
+                        is_enum: false,
+                        field,
+                        ..
+                    })
                     | Some(Frame::Variant { field, .. }) => *field = w,
                     _ => {}
                 }
@@ -399,7 +410,10 @@ mod difference_tests {
     #[test]
     fn names_the_field_variant_and_both_sides() {
         assert_eq!(
-            diff("struct Kv{key:String,value:u64}", "struct Kv{key:String,value:i64}"),
+            diff(
+                "struct Kv{key:String,value:u64}",
+                "struct Kv{key:String,value:i64}"
+            ),
             "Kv.value: `u64` expected, `i64` found"
         );
         assert_eq!(
@@ -411,15 +425,24 @@ mod difference_tests {
             "Kv: `ttl` is missing from the found type"
         );
         assert_eq!(
-            diff("enum Op{Get(:String),Put(key:String,v:u8)}", "enum Op{Get(:String),Put(key:String,v:u16)}"),
+            diff(
+                "enum Op{Get(:String),Put(key:String,v:u8)}",
+                "enum Op{Get(:String),Put(key:String,v:u16)}"
+            ),
             "Op::Put.v: `u8` expected, `u16` found"
         );
         assert_eq!(
-            diff("enum Op{Get(:String),Del(:String)}", "enum Op{Get(:String),Remove(:String)}"),
+            diff(
+                "enum Op{Get(:String),Del(:String)}",
+                "enum Op{Get(:String),Remove(:String)}"
+            ),
             "Op: `Del(:String)` expected, `Remove(:String)` found"
         );
         assert_eq!(
-            diff("struct A{b:Vec<struct B{x:u8}>}", "struct A{b:Vec<struct B{x:u16}>}"),
+            diff(
+                "struct A{b:Vec<struct B{x:u8}>}",
+                "struct A{b:Vec<struct B{x:u16}>}"
+            ),
             "A.b > B.x: `u8` expected, `u16` found"
         );
         assert_eq!(Descriptor::first_difference_in("u8", "u8"), None);
