@@ -440,6 +440,7 @@ impl Supervisor {
     ///
     /// Outside a graft process.
     pub fn start(self) -> Result<Pid, StartError> {
+        gen_server::me("Supervisor::start");
         let state = SupState {
             strategy: self.strategy,
             max_restarts: self.max_restarts,
@@ -569,6 +570,7 @@ impl<A: Clone + Send + Sync + 'static> DynamicSupervisor<A> {
     ///
     /// Outside a graft process.
     pub fn start(self) -> Result<DynamicHandle<A>, StartError> {
+        gen_server::me("DynamicSupervisor::start");
         let state = SupState {
             strategy: Strategy::OneForOne,
             max_restarts: self.max_restarts,
@@ -698,6 +700,21 @@ enum SupReply {
     Children(Vec<ChildInfo>),
     Child(Option<Pid>),
     Count(ChildCount),
+}
+
+impl SupCall {
+    /// The public function that makes this request.
+    fn name(&self) -> &'static str {
+        match self {
+            SupCall::StartChild(_) => "supervisor::start_child",
+            SupCall::TerminateChild(_) | SupCall::TerminatePid(_) => "supervisor::terminate_child",
+            SupCall::RestartChild(_) => "supervisor::restart_child",
+            SupCall::DeleteChild(_) => "supervisor::delete_child",
+            SupCall::WhichChildren => "supervisor::which_children",
+            SupCall::GetChild(_) => "supervisor::get_child",
+            SupCall::CountChildren => "supervisor::count_children",
+        }
+    }
 }
 
 // Supervisor requests carry start functions (closures): local-only.
@@ -1122,6 +1139,8 @@ fn stop_all(targets: &[(Pid, Shutdown, &str)]) {
 }
 
 fn call(sup: Pid, req: SupCall) -> Result<SupReply, CallError> {
+    // Outside a process, the panic names the supervisor call made.
+    gen_server::me(req.name());
     Server::<SupState>::from_pid(sup).call_infinity(req)
 }
 
@@ -1246,6 +1265,7 @@ pub fn get_child(sup: Pid, id: &str) -> Option<Pid> {
 /// .unwrap();
 /// ```
 pub fn stop(sup: Pid, reason: ExitReason) -> Result<(), CallError> {
+    gen_server::me("supervisor::stop");
     Server::<SupState>::from_pid(sup).stop(reason)
 }
 

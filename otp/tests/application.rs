@@ -37,7 +37,10 @@ impl Application for App {
         self.deps.clone()
     }
     fn start(&mut self) -> Result<Pid, StartError> {
-        self.log.lock().unwrap().push(format!("start {}", self.name));
+        self.log
+            .lock()
+            .unwrap()
+            .push(format!("start {}", self.name));
         let (name, log) = (self.name, self.log.clone());
         Supervisor::new(Strategy::OneForOne)
             .child(ChildSpec::server(name, move || Worker(name, log.clone())))
@@ -68,7 +71,10 @@ fn dependencies_start_first_and_stop_last_and_stop_with_sets_the_status() {
             std::thread::spawn(|| assert!(application::stop_with(3)));
         })
         .run();
-    assert_eq!(format!("{code:?}"), format!("{:?}", std::process::ExitCode::from(3)));
+    assert_eq!(
+        format!("{code:?}"),
+        format!("{:?}", std::process::ExitCode::from(3))
+    );
     assert_eq!(
         *log.lock().unwrap(),
         [

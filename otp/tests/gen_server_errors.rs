@@ -401,3 +401,9 @@ fn the_derive_takes_a_crate_path() {
         Reexported { n: 4 }
     );
 }
+
+#[test]
+#[should_panic(expected = "supervisor::which_children called outside a graft process")]
+fn a_supervisor_call_outside_a_process_names_the_call() {
+    let _ = supervisor::which_children(graft::Pid::new(NodeId(1), 1, 1));
+}
