@@ -886,6 +886,7 @@ impl ServerName for String {
 }
 impl ServerName for (&str, NodeId) {
     fn resolve(&self) -> Result<Pid, CallError> {
+        me("Server::at");
         match graft::whereis_on(self.0, self.1) {
             Ok(Some(pid)) => Ok(pid),
             Ok(None) => Err(CallError::NoProc),

@@ -91,3 +91,4 @@ pub use graft::{
     registered, spawn_on, Dest, Error, ExitReason, Message, Mobile, Node, NodeConfig, NodeId, Pid,
     ProcessInfo, SpawnOpts,
 };
+pub use graft::{signal, Local, MonitorRef, TimerRef, Unknown};

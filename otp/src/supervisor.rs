@@ -513,7 +513,9 @@ impl<A> fmt::Debug for DynamicSupervisor<A> {
 impl<A: Clone + Send + Sync + 'static> DynamicSupervisor<A> {
     /// A dynamic supervisor whose children are started by `start(arg)`
     /// (called in the supervisor process; link the child). Defaults:
-    /// permanent workers, 1 restart in 5 seconds.
+    /// permanent workers, and OTP's default intensity of **1 restart in 5
+    /// seconds** (a second crash within 5 s shuts the supervisor down; set
+    /// [`intensity`](Self::intensity) for more).
     pub fn new<F>(start: F) -> DynamicSupervisor<A>
     where
         F: Fn(A) -> Result<Pid, StartError> + Send + Sync + 'static,
