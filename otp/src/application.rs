@@ -334,8 +334,8 @@ impl Runner {
                 })
                 .map_err(|e| format!("signal thread: {e}"))?;
         }
-        *STOP.lock().unwrap_or_else(|e| e.into_inner()) = Some(tx.clone());
         let node = Node::start(config).map_err(|e| format!("node did not start: {e}"))?;
+        *STOP.lock().unwrap_or_else(|e| e.into_inner()) = Some(tx.clone());
         for addr in &join {
             match addr.parse() {
                 Ok(a) => match node.connect(a) {

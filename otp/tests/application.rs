@@ -6,6 +6,13 @@ use std::sync::{Arc, Mutex};
 
 type Log = Arc<Mutex<Vec<String>>>;
 
+/// One runner at a time: `application::stop` reaches the running one.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 struct App {
     name: &'static str,
     deps: Vec<String>,
@@ -61,6 +68,7 @@ fn app(name: &'static str, deps: &[&str], log: &Log) -> App {
 
 #[test]
 fn dependencies_start_first_and_stop_last_and_stop_with_sets_the_status() {
+    let _one = serial();
     let _ = env_logger::builder().is_test(true).try_init();
     let log: Log = Arc::default();
     let code = application::Runner::new(NodeConfig::new("127.0.0.1:0").workers(2))
@@ -94,6 +102,7 @@ fn dependencies_start_first_and_stop_last_and_stop_with_sets_the_status() {
 
 #[test]
 fn a_bad_application_list_is_refused_with_status_1() {
+    let _one = serial();
     let log: Log = Arc::default();
     let cfg = || NodeConfig::new("127.0.0.1:0").workers(1);
     let one = format!("{:?}", std::process::ExitCode::from(1));
@@ -107,4 +116,47 @@ fn a_bad_application_list_is_refused_with_status_1() {
         .run();
     assert_eq!(format!("{code:?}"), one);
     assert!(log.lock().unwrap().is_empty(), "nothing started");
+}
+
+/// An application whose tree gives up restarting (OTP's permanent
+/// application terminating): the runner stops the others and exits 1.
+struct GivesUp(Log);
+impl Application for GivesUp {
+    fn name(&self) -> &str {
+        "gives_up"
+    }
+    fn dependencies(&self) -> Vec<String> {
+        vec!["db".into()]
+    }
+    fn start(&mut self) -> Result<Pid, StartError> {
+        Supervisor::new(Strategy::OneForOne)
+            .child(ChildSpec::new("crasher", || {
+                Ok(spawn_link(|| {
+                    sleep(std::time::Duration::from_millis(20));
+                    panic!("crasher: on purpose")
+                }))
+            }))
+            .start()
+    }
+    fn stop(&mut self) {
+        self.0.lock().unwrap().push("stop gives_up".into());
+    }
+}
+
+#[test]
+fn a_tree_that_gives_up_stops_the_program_with_status_1() {
+    let _one = serial();
+    let log: Log = Arc::default();
+    let code = application::Runner::new(NodeConfig::new("127.0.0.1:0").workers(2))
+        .app(app("db", &[], &log))
+        .app(GivesUp(log.clone()))
+        .run();
+    assert_eq!(
+        format!("{code:?}"),
+        format!("{:?}", std::process::ExitCode::from(1))
+    );
+    assert_eq!(
+        *log.lock().unwrap(),
+        ["start db", "stop gives_up", "terminate db", "stop db"]
+    );
 }
