@@ -554,9 +554,10 @@ impl Handler for NetHandler {
             },
         );
         log::info!(
-            "graft: {} connected to {} ({id}) at {}",
+            "graft: {} connected to {} (id {:016x}) at {}",
             n.name,
             peer.name,
+            id.0,
             peer.listen_addr
         );
         if !others.is_empty() {

@@ -644,8 +644,8 @@ impl Node {
                 .spawn(move || node_loop(&s, rx))?,
         );
         log::info!(
-            "graft: node {name} ({}) listening on {} with {} workers",
-            shared.id,
+            "graft: node {name} (id {:016x}) listening on {} with {} workers",
+            shared.id.0,
             shared.dist.transport().map_or(addr, |t| t.local_addr()),
             config.workers
         );
