@@ -76,11 +76,17 @@ impl Descriptor {
     /// another node).
     pub fn first_difference_in(expected: &str, found: &str) -> Option<String> {
         let (e, f) = (expected.as_bytes(), found.as_bytes());
-        let i = e
+        let mut i = e
             .iter()
             .zip(f)
             .position(|(a, b)| a != b)
             .unwrap_or(e.len().min(f.len()));
+        // Back to a character boundary (the form may come from another
+        // node, and names may be non-ASCII); the bytes before `i` are the
+        // same on both sides, so it is a boundary in both.
+        while !expected.is_char_boundary(i) {
+            i -= 1;
+        }
         if i == e.len() && i == f.len() {
             return None;
         }
@@ -403,6 +409,32 @@ pub fn descriptor_of<T: Mobile>() -> &'static Descriptor {
 mod difference_tests {
     use super::Descriptor;
 
+    /// A form from another node may be anything: never a panic.
+    #[test]
+    fn any_input_gives_an_answer() {
+        let pieces = [
+            "struct ", "enum ", "{", "}", "(", ")", "<", ">", ",", ":", "a", "é", "@", " ",
+        ];
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for _ in 0..2000 {
+            let mut make = || {
+                let n = (next() % 24) as usize;
+                (0..n)
+                    .map(|_| pieces[(next() % pieces.len() as u64) as usize])
+                    .collect::<String>()
+            };
+            let (a, b) = (make(), make());
+            let r = Descriptor::first_difference_in(&a, &b);
+            assert_eq!(r.is_none(), a == b, "{a:?} {b:?}");
+        }
+    }
+
     fn diff(a: &str, b: &str) -> String {
         Descriptor::first_difference_in(a, b).unwrap()
     }
@@ -446,6 +478,10 @@ mod difference_tests {
             "A.b > B.x: `u8` expected, `u16` found"
         );
         assert_eq!(Descriptor::first_difference_in("u8", "u8"), None);
+        assert_eq!(
+            diff("struct Kv{clé:u8}", "struct Kv{clè:u8}"),
+            "Kv: `clé` expected, `clè` found"
+        );
         assert_eq!(diff("u8", "u16"), "the type: `u8` expected, `u16` found");
     }
 }
