@@ -160,3 +160,26 @@ fn a_tree_that_gives_up_stops_the_program_with_status_1() {
         ["start db", "stop gives_up", "terminate db", "stop db"]
     );
 }
+
+#[test]
+fn the_runner_joins_the_nodes_it_is_told_to() {
+    let _one = serial();
+    let peer = Node::start(NodeConfig::new("127.0.0.1:0").cookie("app-join")).unwrap();
+    let peer_id = peer.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let log: Log = Arc::default();
+    let code = application::Runner::new(NodeConfig::new("127.0.0.1:0").cookie("app-join"))
+        .join(&peer.addr().to_string())
+        .app(app("db", &[], &log))
+        .on_started(move |node| {
+            tx.send(node.nodes()).unwrap();
+            application::stop();
+        })
+        .run();
+    assert_eq!(
+        format!("{code:?}"),
+        format!("{:?}", std::process::ExitCode::SUCCESS)
+    );
+    assert_eq!(rx.recv().unwrap(), [peer_id]);
+    peer.shutdown();
+}
