@@ -6,9 +6,13 @@
 //! A server is an ordinary graft process running [`run`]'s loop. It receives
 //! three kinds of mail:
 //!
-//! * `Request::Call { req, from }`: handled by [`GenServer::handle_call`]; the
-//!   answer goes back as a `Reply { tag, value }` message to `from`.
-//! * `Request::Cast(msg)` and `Request::Stop(reason)`.
+//! * a call envelope (the request, the caller, its tag): handled by
+//!   [`GenServer::handle_call`]; the answer goes back as a `Reply { tag,
+//!   value }` message to the caller. Every server takes the same envelope
+//!   type, so a server that finds a request of another type in it answers
+//!   at once with [`CallError::TypeMismatch`] (a request from another node
+//!   is checked by its type descriptor, before decoding);
+//! * a cast envelope, and a stop request;
 //! * anything else: [`GenServer::handle_info`] gets it as an [`Unknown`];
 //!   except an [`ExitSignal`] from the parent (the process that started the
 //!   server, when the server traps exits), which stops the server with the
@@ -21,7 +25,8 @@
 //! the tag or the `ProcessDied` of the monitor, and finally removes the
 //! monitor with `demonitor_flush`. So a call to a dead server fails with
 //! [`CallError::NoProc`], a server dying mid-call with
-//! [`CallError::ServerDied`], and nothing hangs past the timeout.
+//! [`CallError::Exited`], a lost node with [`CallError::NoConnection`], and
+//! nothing hangs past the timeout.
 //!
 //! ## No late replies
 //!
@@ -47,17 +52,189 @@
 //! When calls cross nodes, the guard becomes the runtime's alias.
 
 use graft::{
-    demonitor_flush, exit_self, monitor, receive, register, self_pid, send, spawn_opts, unlink,
-    whereis, Error, ExitReason, ExitSignal, Message, MonitorRef, Pid, ProcessDied, Unknown,
+    demonitor_flush, exit_self, monitor, receive, register, send, unlink, whereis, Error,
+    ExitReason, ExitSignal, Message, MonitorRef, NodeId, Pid, ProcessDied, SpawnOpts, Unknown,
 };
+use std::any::{Any, TypeId};
 use std::fmt;
 use std::marker::PhantomData;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// How long [`Server::call`] waits for a reply (OTP's default, 5 s).
 pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The pid of the running process, or a panic naming the gen_server call
+/// the user made outside a process.
+#[inline]
+pub(crate) fn me(call: &'static str) -> Pid {
+    match graft::try_self_pid() {
+        Some(p) => p,
+        None => outside_process(call),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn outside_process(call: &'static str) -> ! {
+    panic!("graft-otp: {call} called outside a graft process (use Node::run, spawn, or graft_otp::application)")
+}
+
+/// The messages a server takes: what a client needs to know to talk to it,
+/// and nothing more.
+///
+/// Every [`GenServer`] is a `Protocol` (with its own `Call`, `Cast` and
+/// `Reply`). A client that does not have the server's code names the
+/// protocol instead, with a marker type of its own (or one a shared crate
+/// defines), and gets a typed [`Server`] handle without any server impl:
+///
+/// ```
+/// use graft_otp::prelude::*;
+///
+/// /// What the "kv" server takes (shared by the server and its clients).
+/// struct KvProtocol;
+/// impl Protocol for KvProtocol {
+///     type Call = String;          // get
+///     type Cast = (String, String); // put
+///     type Reply = Option<String>;
+/// }
+///
+/// # #[derive(Default)] struct Kv(std::collections::HashMap<String, String>);
+/// # impl GenServer for Kv {
+/// #     type Call = String; type Cast = (String, String); type Reply = Option<String>;
+/// #     fn handle_call(&mut self, k: String, _: &ReplyTo<Option<String>>) -> CallResult<Option<String>> {
+/// #         CallResult::Reply(self.0.get(&k).cloned())
+/// #     }
+/// #     fn handle_cast(&mut self, (k, v): (String, String)) -> Flow { self.0.insert(k, v); Flow::Continue }
+/// # }
+/// let node = Node::start(NodeConfig::new("127.0.0.1:0")).unwrap();
+/// let got = node.run(|| {
+///     gen_server::start_named("kv", Kv::default()).unwrap();
+///     // The client side names only the protocol.
+///     let kv = Server::<KvProtocol>::at("kv").unwrap();
+///     kv.cast(("a".into(), "1".into()));
+///     kv.call("a".into()).unwrap()
+/// }).unwrap();
+/// assert_eq!(got.as_deref(), Some("1"));
+/// node.shutdown();
+/// ```
+///
+/// A call whose types do not match the server's fails at once with
+/// [`CallError::TypeMismatch`], on this node and across nodes.
+pub trait Protocol: 'static {
+    /// Requests that expect a reply.
+    type Call: Message;
+    /// Requests that do not.
+    type Cast: Message;
+    /// The answer to a `Call`.
+    type Reply: Message;
+}
+
+impl<S: GenServer> Protocol for S {
+    type Call = S::Call;
+    type Cast = S::Cast;
+    type Reply = S::Reply;
+}
+
+/// The argument of a [`GenServer::handle_continue`] (OTP's
+/// `{continue, Arg}`): any value, taken back with
+/// [`downcast`](Continue::downcast).
+pub struct Continue(Box<dyn Any + Send>);
+
+impl Continue {
+    /// Wraps `arg`.
+    pub fn new<T: Send + 'static>(arg: T) -> Continue {
+        Continue(Box::new(arg))
+    }
+
+    /// The argument as a `T`, or `self` back.
+    ///
+    /// # Errors
+    ///
+    /// `Err(self)` when the argument is not a `T`.
+    pub fn downcast<T: 'static>(self) -> Result<T, Continue> {
+        self.0.downcast::<T>().map(|b| *b).map_err(Continue)
+    }
+
+    /// `true` if the argument is a `T`.
+    pub fn is<T: 'static>(&self) -> bool {
+        self.0.is::<T>()
+    }
+}
+
+impl fmt::Debug for Continue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Continue(..)")
+    }
+}
+
+/// The continuation asked for by the callback running now.
+#[derive(Debug)]
+struct PendingContinue(Continue);
+
+/// How many processes have a continuation waiting: lets the loop skip the
+/// process-local lookup after each callback when nobody uses continues.
+static PENDING_CONTINUES: AtomicUsize = AtomicUsize::new(0);
+
+/// Asks that [`GenServer::handle_continue`]`(Continue::new(arg))` run as
+/// soon as the callback running now returns, before any other message is
+/// handled (OTP's `{continue, Arg}` in a callback's result). Call it from
+/// [`GenServer::init`] (OTP's `{ok, State, {continue, Arg}}`: `start`
+/// returns, then the continuation runs first), `handle_call`,
+/// `handle_cast`, `handle_info` or `handle_continue` itself. A second call
+/// in one callback replaces the first.
+///
+/// ```
+/// use graft_otp::prelude::*;
+///
+/// #[derive(Default)]
+/// struct Cache(Vec<u32>);
+/// impl GenServer for Cache {
+///     type Call = ();
+///     type Cast = ();
+///     type Reply = usize;
+///     fn init(&mut self) -> Result<(), ExitReason> {
+///         gen_server::continue_with("warm up"); // start returns at once
+///         Ok(())
+///     }
+///     fn handle_continue(&mut self, _: Continue) -> Flow {
+///         self.0 = (0..100).collect(); // the slow part
+///         Flow::Continue
+///     }
+///     fn handle_call(&mut self, _: (), _: &ReplyTo<usize>) -> CallResult<usize> {
+///         CallResult::Reply(self.0.len())
+///     }
+/// }
+///
+/// let node = Node::start(NodeConfig::new("127.0.0.1:0")).unwrap();
+/// let n = node.run(|| gen_server::start(Cache::default()).unwrap().call(()).unwrap()).unwrap();
+/// assert_eq!(n, 100); // the continuation ran before the call
+/// node.shutdown();
+/// ```
+///
+/// # Panics
+///
+/// Outside a graft process.
+pub fn continue_with<T: Send + 'static>(arg: T) {
+    me("gen_server::continue_with");
+    if graft::local::take::<PendingContinue>().is_none() {
+        PENDING_CONTINUES.fetch_add(1, Ordering::Relaxed);
+    }
+    graft::local::set(PendingContinue(Continue::new(arg)));
+}
+
+/// The continuation the last callback asked for, if any.
+#[inline]
+fn take_continue() -> Option<Continue> {
+    if PENDING_CONTINUES.load(Ordering::Relaxed) == 0 {
+        return None;
+    }
+    let c = graft::local::take::<PendingContinue>()?;
+    PENDING_CONTINUES.fetch_sub(1, Ordering::Relaxed);
+    Some(c.0)
+}
 
 /// The callbacks of a server; the server's state is `self`.
 ///
@@ -135,11 +312,25 @@ pub trait GenServer: Send + 'static {
         Flow::Continue
     }
 
+    /// Runs the continuation a callback (or `init`) asked for with
+    /// [`continue_with`], before any other message. The default logs and
+    /// goes on.
+    fn handle_continue(&mut self, arg: Continue) -> Flow {
+        log::warn!(
+            "gen_server {}: continue_with was called but handle_continue is not implemented ({arg:?})",
+            me("handle_continue")
+        );
+        Flow::Continue
+    }
+
     /// Handles any other message (monitor notifications, exit signals from
     /// non-parents when trapping, plain sends). The default logs and drops
     /// it, as OTP does.
     fn handle_info(&mut self, msg: Unknown) -> Flow {
-        log::warn!("gen_server {}: unexpected message {msg:?}", self_pid());
+        log::warn!(
+            "gen_server {}: unexpected message {msg:?}",
+            me("handle_info")
+        );
         Flow::Continue
     }
 
@@ -175,28 +366,66 @@ pub enum Flow {
 }
 
 /// Why a call failed.
+///
+/// Each variant is one situation a caller may want to act on; none of them
+/// needs its text parsed.
 #[derive(Debug, Clone, PartialEq, Eq, graft::Mobile)]
 pub enum CallError {
     /// No reply within the timeout (the server may still be working; its
     /// reply, if any, is dropped).
     Timeout,
-    /// The server ended before replying.
-    ServerDied(ExitReason),
     /// The server was not alive when the call started (or the name is not
     /// registered).
     NoProc,
-    /// The server is on another node and the call could not go there: its
-    /// node is not connected or was lost, or the server's types are not
-    /// `Mobile` (use [`Server::call_remote`]). The text says which.
+    /// The server's node is not connected, or the connection was lost
+    /// during the call.
+    NoConnection,
+    /// The server does not take this call: its request or reply type is not
+    /// the caller's (the client and server builds drifted apart, or the
+    /// pid runs another server type). Reported at once, before the server
+    /// handles anything.
+    TypeMismatch {
+        /// The type the server takes (its request, or its reply).
+        expected: String,
+        /// The type the caller used.
+        found: String,
+        /// Where they first differ: the server type, and the field or
+        /// variant with both sides when both types are `Mobile`.
+        detail: String,
+    },
+    /// The server ended before replying, with this reason.
+    Exited(ExitReason),
+    /// The request or the reply could not cross to the other node (a
+    /// local-only type, or data that did not decode): the text says which.
     Remote(String),
+}
+
+impl CallError {
+    /// The error for a call that ended with its monitor's `reason`.
+    fn from_exit(reason: ExitReason) -> CallError {
+        match reason {
+            ExitReason::NoProc => CallError::NoProc,
+            ExitReason::NoConnection => CallError::NoConnection,
+            r => CallError::Exited(r),
+        }
+    }
 }
 
 impl fmt::Display for CallError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             CallError::Timeout => f.write_str("gen_server call timed out"),
-            CallError::ServerDied(r) => write!(f, "gen_server died during the call: {r}"),
             CallError::NoProc => f.write_str("no such gen_server"),
+            CallError::NoConnection => f.write_str("no connection to the gen_server's node"),
+            CallError::TypeMismatch {
+                expected,
+                found,
+                detail,
+            } => write!(
+                f,
+                "type mismatch: the server takes `{expected}`, the call used `{found}` ({detail})"
+            ),
+            CallError::Exited(r) => write!(f, "gen_server died during the call: {r}"),
             CallError::Remote(why) => write!(f, "remote gen_server call failed: {why}"),
         }
     }
@@ -216,6 +445,9 @@ pub enum StartError {
     AlreadyStarted(Pid),
     /// The process could not be spawned (the runtime's error, as text).
     Spawn(String),
+    /// `init` did not finish within the start timeout
+    /// ([`StartOpts::timeout`]); the process was killed.
+    Timeout,
 }
 
 impl fmt::Display for StartError {
@@ -225,6 +457,7 @@ impl fmt::Display for StartError {
             StartError::Exited(r) => write!(f, "exited during init: {r}"),
             StartError::AlreadyStarted(p) => write!(f, "already started as {p}"),
             StartError::Spawn(e) => write!(f, "spawn failed: {e}"),
+            StartError::Timeout => f.write_str("init did not finish in time"),
         }
     }
 }
@@ -342,15 +575,15 @@ impl<R: Message> ReplyTo<R> {
         }
         // A send never yields: the lock is not held across a switch.
         if self.remote {
-            let bytes = value
+            let result = value
                 .encode_remote()
                 .map(|(_, b)| b)
-                .map_err(|e| e.to_string());
+                .map_err(|e| RemoteFail::Error(CallError::Remote(e.to_string())));
             send(
                 self.pid,
                 RemoteReply {
                     tag: self.tag,
-                    bytes,
+                    result,
                 },
             );
         } else {
@@ -368,19 +601,106 @@ impl<R: Message> ReplyTo<R> {
     }
 }
 
-/// What a caller sends a server.
-#[derive(Debug, Clone)]
+/// What the serve loop works on: a request opened from its envelope.
 enum Request<C, K, R> {
     Call { req: C, from: ReplyTo<R> },
     Cast(K),
     Stop(ExitReason),
 }
 
+type RequestOf<S> =
+    Request<<S as GenServer>::Call, <S as GenServer>::Cast, <S as GenServer>::Reply>;
+
+/// The caller of a local call, as its envelope carries it.
+struct Caller {
+    pid: Pid,
+    tag: MonitorRef,
+    guard: Arc<CallGuard>,
+}
+
+/// The Rust types a request was sent with, for the error when they are not
+/// the server's (computed only then).
+struct Types {
+    call: TypeId,
+    call_name: &'static str,
+    call_desc: Option<&'static graft::graph::Descriptor>,
+    reply_name: &'static str,
+    reply_desc: Option<&'static graft::graph::Descriptor>,
+}
+
+fn types_of<C: Message, R: Message>() -> Types {
+    Types {
+        call: TypeId::of::<C>(),
+        call_name: std::any::type_name::<C>(),
+        call_desc: C::full_descriptor(),
+        reply_name: std::any::type_name::<R>(),
+        reply_desc: R::full_descriptor(),
+    }
+}
+
+/// The one envelope every local request travels in, whatever the server
+/// type: a server that finds a payload of another type answers the caller
+/// at once with [`CallError::TypeMismatch`] instead of ignoring it. One
+/// allocation, as the typed envelope before it had.
+struct Body<T: ?Sized> {
+    /// `Some` for a call.
+    caller: Option<Caller>,
+    types: fn() -> Types,
+    /// `Option<(Call, PhantomData<Reply>)>` for a call, `Option<Cast>` for
+    /// a cast; taken by the server.
+    payload: T,
+}
+
+struct Envelope(Box<Body<dyn Any + Send>>);
+
+type CallPayload<C, R> = Option<(C, PhantomData<fn() -> R>)>;
+
+impl Envelope {
+    fn call<P: Protocol>(req: P::Call, caller: Caller) -> Envelope {
+        let body: Box<Body<CallPayload<P::Call, P::Reply>>> = Box::new(Body {
+            caller: Some(caller),
+            types: types_of::<P::Call, P::Reply>,
+            payload: Some((req, PhantomData)),
+        });
+        Envelope(body)
+    }
+
+    fn cast<P: Protocol>(msg: P::Cast) -> Envelope {
+        let body: Box<Body<Option<P::Cast>>> = Box::new(Body {
+            caller: None,
+            types: types_of::<P::Cast, P::Reply>,
+            payload: Some(msg),
+        });
+        Envelope(body)
+    }
+}
+
+impl fmt::Debug for Envelope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let t = (self.0.types)();
+        f.debug_struct("Envelope")
+            .field("call", &self.0.caller.is_some())
+            .field("type", &t.call_name)
+            .finish()
+    }
+}
+
+/// A request to stop (OTP's `gen_server:stop`), whatever the server type.
+#[derive(Debug, Clone)]
+struct StopRequest(ExitReason);
+
 /// A server's answer, tagged with the caller's monitor reference.
 #[derive(Debug, Clone)]
 struct Reply<R> {
     tag: MonitorRef,
     value: R,
+}
+
+/// A server's refusal of a call, tagged like a reply.
+#[derive(Debug, Clone)]
+struct CallFailed {
+    tag: MonitorRef,
+    error: CallError,
 }
 
 /// The acknowledgement a new server sends its starter after `init`.
@@ -390,15 +710,16 @@ struct InitAck {
     result: Result<(), StartError>,
 }
 
-/// What a caller on another node sends a server: the request encoded (the
-/// server decodes it as its `Call`/`Cast` type; a mismatch is dropped with a
-/// log line).
+/// What a caller on another node sends a server: the request encoded. The
+/// server checks the request's descriptor and the caller's reply
+/// descriptor (`reply`) against its own before it decodes anything.
 #[derive(Debug, graft::Mobile)]
 enum RemoteRequest {
     Call {
         bytes: Vec<u8>,
         from: Pid,
         tag: MonitorRef,
+        reply: u64,
     },
     Cast {
         bytes: Vec<u8>,
@@ -406,54 +727,118 @@ enum RemoteRequest {
     Stop(ExitReason),
 }
 
-/// A server's answer to a remote caller: the encoded reply, or why it could
-/// not be encoded.
+/// A server's answer to a remote caller.
 #[derive(Debug, graft::Mobile)]
 struct RemoteReply {
     tag: MonitorRef,
-    bytes: Result<Vec<u8>, String>,
+    result: Result<Vec<u8>, RemoteFail>,
 }
 
-// The local envelopes stay on their node: a `ReplyTo` holds the caller's
+/// Why a server on another node did not answer a call.
+#[derive(Debug, graft::Mobile)]
+enum RemoteFail {
+    /// As is.
+    Error(CallError),
+    /// The request (`reply: false`) or reply type is not the server's: the
+    /// server's type name and readable descriptor, so that the caller can
+    /// name the first difference with its own.
+    Mismatch {
+        reply: bool,
+        server: String,
+        expected: String,
+        form: String,
+    },
+}
+
+// The local envelopes stay on their node: a call holds the caller's
 // late-reply guard, and the values travel by pointer.
-impl<C: Send + 'static, K: Send + 'static, R: Send + 'static> graft::Message for Request<C, K, R> {}
+impl graft::Message for Envelope {}
+impl graft::Message for StopRequest {}
 impl<R: Send + 'static> graft::Message for Reply<R> {}
+impl graft::Message for CallFailed {}
 impl graft::Message for InitAck {}
 
-type RequestOf<S> =
-    Request<<S as GenServer>::Call, <S as GenServer>::Cast, <S as GenServer>::Reply>;
-
-/// A typed handle on a running server: a [`Pid`] that knows which requests
-/// the server takes. `Copy`; compare and hash like the pid.
-pub struct Server<S> {
-    pid: Pid,
-    _s: PhantomData<fn() -> S>,
+/// The error for a call of types `found` to a server `S`.
+fn mismatch_of<S: GenServer>(found: &Types) -> CallError {
+    let server = types_of::<S::Call, S::Reply>();
+    let reply = found.call == server.call;
+    let (expected, got, e, f) = if reply {
+        (
+            server.reply_name,
+            found.reply_name,
+            server.reply_desc,
+            found.reply_desc,
+        )
+    } else {
+        (
+            server.call_name,
+            found.call_name,
+            server.call_desc,
+            found.call_desc,
+        )
+    };
+    let diff = match (e, f) {
+        (Some(e), Some(f)) => e.first_difference(f),
+        _ => None,
+    };
+    mismatch_error(std::any::type_name::<S>(), reply, expected, got, diff)
 }
 
-impl<S> Clone for Server<S> {
+fn mismatch_error(
+    server: &str,
+    reply: bool,
+    expected: &str,
+    found: &str,
+    diff: Option<String>,
+) -> CallError {
+    let which = if reply { "reply" } else { "request" };
+    let mut detail = format!("the server is a `{server}`; its {which} type differs");
+    match diff {
+        Some(d) => {
+            detail.push_str(": ");
+            detail.push_str(&d);
+        }
+        None => detail.push_str(" (a different Rust type)"),
+    }
+    CallError::TypeMismatch {
+        expected: expected.to_string(),
+        found: found.to_string(),
+        detail,
+    }
+}
+
+/// A typed handle on a running server: a [`Pid`] that knows which requests
+/// the server takes (its [`Protocol`]: the server type itself, or a
+/// protocol marker a client names). `Copy`; compare and hash like the pid.
+pub struct Server<P> {
+    pid: Pid,
+    _s: PhantomData<fn() -> P>,
+}
+
+impl<P> Clone for Server<P> {
     fn clone(&self) -> Self {
         *self
     }
 }
-impl<S> Copy for Server<S> {}
-impl<S> PartialEq for Server<S> {
+impl<P> Copy for Server<P> {}
+impl<P> PartialEq for Server<P> {
     fn eq(&self, other: &Self) -> bool {
         self.pid == other.pid
     }
 }
-impl<S> Eq for Server<S> {}
-impl<S> std::hash::Hash for Server<S> {
+impl<P> Eq for Server<P> {}
+impl<P> std::hash::Hash for Server<P> {
     fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
         self.pid.hash(h);
     }
 }
 /// A server handle travels as its pid (it can be sent to other processes,
 /// on this node or another).
-impl<S: GenServer + Sync> graft::Mobile for Server<S> {
+impl<P: Protocol + Sync> graft::Mobile for Server<P> {
     const WIRE_MIN: usize = <Pid as graft::Mobile>::WIRE_MIN;
     fn describe(d: &mut graft::graph::Describer) {
         d.write("Server<");
-        d.write(std::any::type_name::<S>());
+        d.write(std::any::type_name::<P>());
         d.write(">");
     }
     fn encode<F: graft::graph::Format>(&self, e: &mut graft::graph::Encoder<'_, F>) {
@@ -466,25 +851,117 @@ impl<S: GenServer + Sync> graft::Mobile for Server<S> {
     }
 }
 
-impl<S> fmt::Debug for Server<S> {
+impl<P> fmt::Debug for Server<P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "Server({})", self.pid)
     }
 }
 
-impl<S: GenServer> Server<S> {
-    /// A handle on the server running as `pid` (unchecked: if `pid` is not
-    /// an `S` server, calls time out and casts are ignored as unexpected
-    /// messages).
-    pub fn from_pid(pid: Pid) -> Server<S> {
+/// Where a server is: what [`Server::at`] takes. A registered name on this
+/// node (`"kv"`), a name on a node (`("kv", node)`), or a pid.
+pub trait ServerName {
+    /// The server's pid.
+    ///
+    /// # Errors
+    ///
+    /// [`CallError::NoProc`] when nothing is registered under the name,
+    /// [`CallError::NoConnection`] when the node cannot be reached.
+    fn resolve(&self) -> Result<Pid, CallError>;
+}
+
+impl ServerName for Pid {
+    fn resolve(&self) -> Result<Pid, CallError> {
+        Ok(*self)
+    }
+}
+impl ServerName for &str {
+    fn resolve(&self) -> Result<Pid, CallError> {
+        whereis(self).ok_or(CallError::NoProc)
+    }
+}
+impl ServerName for String {
+    fn resolve(&self) -> Result<Pid, CallError> {
+        self.as_str().resolve()
+    }
+}
+impl ServerName for (&str, NodeId) {
+    fn resolve(&self) -> Result<Pid, CallError> {
+        me("Server::at");
+        match graft::whereis_on(self.0, self.1) {
+            Ok(Some(pid)) => Ok(pid),
+            Ok(None) => Err(CallError::NoProc),
+            Err(Error::NoConnection(_)) => Err(CallError::NoConnection),
+            Err(Error::Timeout) => Err(CallError::Timeout),
+            Err(e) => Err(CallError::Remote(e.to_string())),
+        }
+    }
+}
+impl ServerName for (String, NodeId) {
+    fn resolve(&self) -> Result<Pid, CallError> {
+        (self.0.as_str(), self.1).resolve()
+    }
+}
+
+impl<P: Protocol> Server<P> {
+    /// A handle on the server running as `pid` (unchecked here: a call to
+    /// a pid that runs another server type fails with
+    /// [`CallError::TypeMismatch`]).
+    pub fn from_pid(pid: Pid) -> Server<P> {
         Server {
             pid,
             _s: PhantomData,
         }
     }
 
+    /// The server registered under a name, on this node (`"kv"`) or on any
+    /// node (`("kv", node)`), or at a pid (OTP's `{Name, Node}` server
+    /// reference). The name is looked up once, now: the handle keeps the
+    /// pid (a restarted server has a new one; look it up again).
+    ///
+    /// # Errors
+    ///
+    /// [`CallError::NoProc`] when nothing is registered under the name,
+    /// [`CallError::NoConnection`] when its node cannot be reached.
+    ///
+    /// # Panics
+    ///
+    /// Outside a graft process (for a remote name).
+    ///
+    /// ```
+    /// use graft_otp::prelude::*;
+    ///
+    /// struct Echo;
+    /// impl GenServer for Echo {
+    ///     type Call = String;
+    ///     type Cast = ();
+    ///     type Reply = String;
+    ///     fn handle_call(&mut self, s: String, _: &ReplyTo<String>) -> CallResult<String> {
+    ///         CallResult::Reply(s)
+    ///     }
+    /// }
+    ///
+    /// let a = Node::start(NodeConfig::new("127.0.0.1:0").cookie("doc")).unwrap();
+    /// let b = Node::start(NodeConfig::new("127.0.0.1:0").cookie("doc")).unwrap();
+    /// let b_id = a.connect(b.addr()).unwrap();
+    /// let (tx, rx) = std::sync::mpsc::channel();
+    /// b.spawn(move || {
+    ///     gen_server::start_named("echo", Echo).unwrap();
+    ///     tx.send(()).unwrap();
+    ///     expect::<()>(); // keep the server's parent alive
+    /// }).unwrap();
+    /// rx.recv().unwrap();
+    /// let got = a.run(move || {
+    ///     let echo = Server::<Echo>::at(("echo", b_id)).unwrap();
+    ///     echo.call("hi".to_string()).unwrap()
+    /// }).unwrap();
+    /// assert_eq!(got, "hi");
+    /// ```
+    pub fn at(name: impl ServerName) -> Result<Server<P>, CallError> {
+        name.resolve().map(Server::from_pid)
+    }
+
     /// The server registered under `name` on this node.
-    pub fn whereis(name: &str) -> Option<Server<S>> {
+    pub fn whereis(name: &str) -> Option<Server<P>> {
         whereis(name).map(Server::from_pid)
     }
 
@@ -504,8 +981,8 @@ impl<S: GenServer> Server<S> {
     ///
     /// Outside a graft process, and when a server calls itself (it would
     /// wait for itself; OTP exits with `calling_self`).
-    pub fn call(&self, req: S::Call) -> Result<S::Reply, CallError> {
-        self.call_timeout(req, DEFAULT_CALL_TIMEOUT)
+    pub fn call(&self, req: P::Call) -> Result<P::Reply, CallError> {
+        self.call_inner(req, Some(DEFAULT_CALL_TIMEOUT), "Server::call")
     }
 
     /// Calls the server and waits up to `timeout` for the reply.
@@ -513,9 +990,11 @@ impl<S: GenServer> Server<S> {
     /// # Errors
     ///
     /// [`CallError::NoProc`] if the server is not alive,
-    /// [`CallError::ServerDied`] if it ends before replying,
-    /// [`CallError::Timeout`] if no reply came in time (a later reply is
-    /// dropped, never delivered to the caller).
+    /// [`CallError::Exited`] if it ends before replying,
+    /// [`CallError::NoConnection`] if its node is (or gets) disconnected,
+    /// [`CallError::TypeMismatch`] if the server does not take this
+    /// protocol's types (at once), [`CallError::Timeout`] if no reply came
+    /// in time (a later reply is dropped, never delivered to the caller).
     ///
     /// # Panics
     ///
@@ -544,8 +1023,8 @@ impl<S: GenServer> Server<S> {
     /// assert_eq!(r, Err(CallError::Timeout));
     /// node.shutdown();
     /// ```
-    pub fn call_timeout(&self, req: S::Call, timeout: Duration) -> Result<S::Reply, CallError> {
-        self.call_inner(req, Some(timeout))
+    pub fn call_timeout(&self, req: P::Call, timeout: Duration) -> Result<P::Reply, CallError> {
+        self.call_inner(req, Some(timeout), "Server::call_timeout")
     }
 
     /// Calls the server and waits for the reply with no time limit (OTP's
@@ -553,46 +1032,53 @@ impl<S: GenServer> Server<S> {
     ///
     /// # Errors
     ///
-    /// [`CallError::NoProc`] or [`CallError::ServerDied`], as
-    /// [`Server::call_timeout`].
+    /// As [`Server::call_timeout`], never `Timeout`.
     ///
     /// # Panics
     ///
     /// Outside a graft process, and when a server calls itself.
-    pub fn call_infinity(&self, req: S::Call) -> Result<S::Reply, CallError> {
-        self.call_inner(req, None)
+    pub fn call_infinity(&self, req: P::Call) -> Result<P::Reply, CallError> {
+        self.call_inner(req, None, "Server::call_infinity")
     }
 
+    /// Every call goes through here (one wait, one place to change it).
     #[inline]
-    fn call_inner(&self, req: S::Call, timeout: Option<Duration>) -> Result<S::Reply, CallError> {
-        let me = self_pid();
+    fn call_inner(
+        &self,
+        req: P::Call,
+        timeout: Option<Duration>,
+        call: &'static str,
+    ) -> Result<P::Reply, CallError> {
+        let me = me(call);
         if me == self.pid {
             calling_self(me);
         }
         if self.pid.node() != graft::this_node() {
-            return self.call_on_other_node(req, timeout);
+            return self.call_on_other_node(me, req, timeout);
         }
         let guard = caller_guard();
         // The monitor reference is the call's tag (as in OTP): unique, and
         // its `ProcessDied` is the failure path.
         let tag = monitor(self.pid);
         guard.set(Some(tag));
-        let from = ReplyTo {
+        let caller = Caller {
             pid: me,
             tag,
             guard: guard.clone(),
-            remote: false,
-            _r: PhantomData,
         };
-        send(self.pid, RequestOf::<S>::Call { req, from });
+        send(self.pid, Envelope::call::<P>(req, caller));
         let got = receive()
             .when(
-                move |r: &Reply<S::Reply>| r.tag == tag,
-                |r: Reply<S::Reply>| Ok(r.value),
+                move |r: &Reply<P::Reply>| r.tag == tag,
+                |r: Reply<P::Reply>| Ok(r.value),
             )
             .when(
                 move |d: &ProcessDied| d.monitor == tag,
-                |d: ProcessDied| Err(d.reason),
+                |d: ProcessDied| Err(CallError::from_exit(d.reason)),
+            )
+            .when(
+                move |f: &CallFailed| f.tag == tag,
+                |f: CallFailed| Err(f.error),
             );
         let got = match timeout {
             Some(t) => got.timeout(t),
@@ -604,20 +1090,21 @@ impl<S: GenServer> Server<S> {
                 demonitor_flush(tag);
                 Ok(v)
             }
-            Some(Err(reason)) => {
+            Some(Err(error @ CallError::TypeMismatch { .. })) => {
+                demonitor_flush(tag);
+                Err(error)
+            }
+            Some(Err(error)) => {
                 // A process the server handed the `ReplyTo` to may have
                 // replied just as the server died: take that reply too.
                 guard.set(None);
-                take_reply::<S::Reply>(tag).ok_or(match reason {
-                    ExitReason::NoProc => CallError::NoProc,
-                    reason => CallError::ServerDied(reason),
-                })
+                take_reply::<P::Reply>(tag).ok_or(error)
             }
             None => {
                 guard.set(None);
                 demonitor_flush(tag);
                 // A reply sent before the guard was cleared is already here.
-                take_reply::<S::Reply>(tag).ok_or(CallError::Timeout)
+                take_reply::<P::Reply>(tag).ok_or(CallError::Timeout)
             }
         }
     }
@@ -626,11 +1113,13 @@ impl<S: GenServer> Server<S> {
     /// the monitor's reference as its tag, and the reply comes back the same
     /// way (one round trip). A reply that arrives after a timeout is dropped
     /// at this process's next remote call.
+    #[cold]
     fn call_on_other_node(
         &self,
-        req: S::Call,
+        me: Pid,
+        req: P::Call,
         timeout: Option<Duration>,
-    ) -> Result<S::Reply, CallError> {
+    ) -> Result<P::Reply, CallError> {
         // Late replies of earlier calls that timed out.
         while receive()
             .on(|_: RemoteReply| ())
@@ -641,19 +1130,26 @@ impl<S: GenServer> Server<S> {
             .encode_remote()
             .map_err(|e| CallError::Remote(e.to_string()))?
             .1;
+        let Some(reply) = P::Reply::remote_descriptor() else {
+            return Err(CallError::Remote(format!(
+                "the reply type {} is local-only and cannot come from another node",
+                std::any::type_name::<P::Reply>()
+            )));
+        };
         let tag = monitor(self.pid);
         send(
             self.pid,
             RemoteRequest::Call {
                 bytes,
-                from: self_pid(),
+                from: me,
                 tag,
+                reply,
             },
         );
         let got = receive()
             .when(
                 move |r: &RemoteReply| r.tag == tag,
-                |r: RemoteReply| Ok(r.bytes),
+                |r: RemoteReply| Ok(r.result),
             )
             .when(
                 move |d: &ProcessDied| d.monitor == tag,
@@ -666,22 +1162,36 @@ impl<S: GenServer> Server<S> {
         demonitor_flush(tag);
         match got {
             Some(Ok(Ok(bytes))) => {
-                S::Reply::decode_remote(&bytes).map_err(|e| CallError::Remote(e.to_string()))
+                P::Reply::decode_remote(&bytes).map_err(|e| CallError::Remote(e.to_string()))
             }
-            Some(Ok(Err(why))) => Err(CallError::Remote(why)),
-            Some(Err(ExitReason::NoProc)) => Err(CallError::NoProc),
-            Some(Err(ExitReason::NoConnection)) => Err(CallError::Remote(format!(
-                "lost the connection to {}",
-                self.pid.node()
-            ))),
-            Some(Err(reason)) => Err(CallError::ServerDied(reason)),
+            Some(Ok(Err(RemoteFail::Error(e)))) => Err(e),
+            Some(Ok(Err(RemoteFail::Mismatch {
+                reply,
+                server,
+                expected,
+                form,
+            }))) => {
+                let (found, mine) = if reply {
+                    (
+                        std::any::type_name::<P::Reply>(),
+                        P::Reply::full_descriptor(),
+                    )
+                } else {
+                    (std::any::type_name::<P::Call>(), P::Call::full_descriptor())
+                };
+                let diff = mine.and_then(|d| {
+                    graft::graph::Descriptor::first_difference_in(&form, d.readable())
+                });
+                Err(mismatch_error(&server, reply, &expected, found, diff))
+            }
+            Some(Err(reason)) => Err(CallError::from_exit(reason)),
             None => Err(CallError::Timeout),
         }
     }
 
     /// Sends the server a cast (never blocks, never fails: a cast to a dead
-    /// server is dropped).
-    pub fn cast(&self, msg: S::Cast) {
+    /// server is dropped; one the server does not take is logged there).
+    pub fn cast(&self, msg: P::Cast) {
         if self.pid.node() != graft::this_node() {
             match msg.encode_remote() {
                 Ok((_, bytes)) => send(self.pid, RemoteRequest::Cast { bytes }),
@@ -689,17 +1199,21 @@ impl<S: GenServer> Server<S> {
             }
             return;
         }
-        send(self.pid, RequestOf::<S>::Cast(msg));
+        send(self.pid, Envelope::cast::<P>(msg));
     }
 
     /// Stops the server with `reason` (its `terminate` runs) and waits until
-    /// it has ended (OTP's `gen_server:stop`). Note that a reason other than
-    /// `Normal` also reaches the processes linked to the server, the caller
-    /// of [`start`] included.
+    /// it has ended (OTP's `gen_server:stop`).
+    ///
+    /// **Any reason but `Normal` also reaches the processes linked to the
+    /// server** as an exit signal, and the caller of [`start`] is linked to
+    /// it: a caller that started the server (and does not trap exits) is
+    /// taken down too when it stops it with, say, `Shutdown`. Stop with
+    /// `Normal`, or unlink first, to stay alive.
     ///
     /// # Errors
     ///
-    /// [`CallError::NoProc`] if it was not alive; [`CallError::ServerDied`]
+    /// [`CallError::NoProc`] if it was not alive; [`CallError::Exited`]
     /// if it ended with another reason (e.g. `terminate` panicked).
     ///
     /// # Panics
@@ -707,7 +1221,7 @@ impl<S: GenServer> Server<S> {
     /// When a server stops itself this way (it would wait for itself; OTP
     /// exits with `calling_self`): return [`Flow::Stop`] instead.
     pub fn stop(&self, reason: ExitReason) -> Result<(), CallError> {
-        let me = self_pid();
+        let me = me("Server::stop");
         if me == self.pid {
             calling_self(me);
         }
@@ -715,15 +1229,14 @@ impl<S: GenServer> Server<S> {
         if self.pid.node() != graft::this_node() {
             send(self.pid, RemoteRequest::Stop(reason.clone()));
         } else {
-            send(self.pid, RequestOf::<S>::Stop(reason.clone()));
+            send(self.pid, StopRequest(reason.clone()));
         }
         let died = receive()
             .when(move |d: &ProcessDied| d.monitor == m, |d: ProcessDied| d)
             .wait();
         match died.reason {
-            ExitReason::NoProc => Err(CallError::NoProc),
             r if r == reason => Ok(()),
-            r => Err(CallError::ServerDied(r)),
+            r => Err(CallError::from_exit(r)),
         }
     }
 }
@@ -751,38 +1264,37 @@ fn calling_self(me: Pid) -> ! {
 /// A remote call is one round trip: the request travels encoded, tagged with
 /// the monitor's reference, and the reply comes back the same way. A reply
 /// that arrives after a timeout is dropped at the caller's next remote call.
-impl<S: GenServer> Server<S>
+impl<P: Protocol> Server<P>
 where
-    S::Call: graft::Mobile,
-    S::Cast: graft::Mobile,
-    S::Reply: graft::Mobile,
+    P::Call: graft::Mobile,
+    P::Cast: graft::Mobile,
+    P::Reply: graft::Mobile,
 {
     /// [`Server::call`] for a server on any node.
     ///
     /// # Errors
     ///
-    /// As [`Server::call_timeout`], plus [`CallError::Remote`] when the
-    /// server's node is unreachable or lost.
-    pub fn call_remote(&self, req: S::Call) -> Result<S::Reply, CallError> {
-        self.call(req)
+    /// As [`Server::call_timeout`].
+    pub fn call_remote(&self, req: P::Call) -> Result<P::Reply, CallError> {
+        self.call_inner(req, Some(DEFAULT_CALL_TIMEOUT), "Server::call_remote")
     }
 
     /// [`Server::call_timeout`] for a server on any node.
     ///
     /// # Errors
     ///
-    /// As [`Server::call_remote`].
+    /// As [`Server::call_timeout`].
     pub fn call_remote_timeout(
         &self,
-        req: S::Call,
+        req: P::Call,
         timeout: Duration,
-    ) -> Result<S::Reply, CallError> {
-        self.call_timeout(req, timeout)
+    ) -> Result<P::Reply, CallError> {
+        self.call_inner(req, Some(timeout), "Server::call_remote_timeout")
     }
 
     /// [`Server::cast`] for a server on any node (never blocks, never
     /// fails; casts and calls from one process arrive in order).
-    pub fn cast_remote(&self, msg: S::Cast) {
+    pub fn cast_remote(&self, msg: P::Cast) {
         self.cast(msg)
     }
 }
@@ -853,6 +1365,71 @@ where
     }
 }
 
+/// How to start a server: OTP's `start_link` options.
+///
+/// ```
+/// use graft_otp::prelude::*;
+/// use std::time::Duration;
+///
+/// struct Stuck;
+/// impl GenServer for Stuck {
+///     type Call = ();
+///     type Cast = ();
+///     type Reply = ();
+///     fn init(&mut self) -> Result<(), ExitReason> {
+///         sleep(Duration::from_secs(3600)); // waits for a resource that never comes
+///         Ok(())
+///     }
+///     fn handle_call(&mut self, _: (), _: &ReplyTo<()>) -> CallResult<()> {
+///         CallResult::Reply(())
+///     }
+/// }
+///
+/// let node = Node::start(NodeConfig::new("127.0.0.1:0")).unwrap();
+/// let r = node.run(|| {
+///     let opts = StartOpts::new().name("stuck").timeout(Duration::from_millis(20));
+///     gen_server::start_with(Stuck, opts).map(|s| s.pid())
+/// }).unwrap();
+/// assert_eq!(r, Err(StartError::Timeout));
+/// node.shutdown();
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct StartOpts {
+    name: Option<String>,
+    timeout: Option<Duration>,
+    spawn: Option<SpawnOpts>,
+}
+
+impl StartOpts {
+    /// No name, no timeout (wait for `init` as long as it takes, OTP's
+    /// `infinity`), default spawn options.
+    pub fn new() -> StartOpts {
+        StartOpts::default()
+    }
+
+    /// Registers the server under `name` before `init` runs.
+    pub fn name(mut self, name: &str) -> StartOpts {
+        self.name = Some(name.to_string());
+        self
+    }
+
+    /// Gives `init` at most `timeout`: past it the new process is killed
+    /// and the start fails with [`StartError::Timeout`] (OTP's
+    /// `{timeout, T}`).
+    pub fn timeout(mut self, timeout: Duration) -> StartOpts {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// Spawns the server's process with these options (stack size,
+    /// pinning, ...; OTP's `spawn_opt`). The process is always linked to
+    /// the caller.
+    pub fn spawn_opts(mut self, opts: SpawnOpts) -> StartOpts {
+        self.spawn = Some(opts);
+        self
+    }
+}
+
 /// Starts `server` in a new process linked to the caller (OTP's
 /// `start_link`) and returns once its `init` has succeeded.
 ///
@@ -889,7 +1466,7 @@ where
 /// node.shutdown();
 /// ```
 pub fn start<S: GenServer>(server: S) -> Result<Server<S>, StartError> {
-    start_inner(server, None)
+    start_with(server, StartOpts::new())
 }
 
 /// Like [`start`], registering the server under `name` before `init` runs.
@@ -922,13 +1499,30 @@ pub fn start<S: GenServer>(server: S) -> Result<Server<S>, StartError> {
 /// node.shutdown();
 /// ```
 pub fn start_named<S: GenServer>(name: &str, server: S) -> Result<Server<S>, StartError> {
-    start_inner(server, Some(name.to_string()))
+    start_with(server, StartOpts::new().name(name))
 }
 
-fn start_inner<S: GenServer>(server: S, name: Option<String>) -> Result<Server<S>, StartError> {
-    let parent = self_pid();
+/// [`start`] with options: a name, a timeout on `init`, spawn options (see
+/// [`StartOpts`]).
+///
+/// # Errors
+///
+/// As [`start_named`], and [`StartError::Timeout`] when `init` takes longer
+/// than the timeout.
+///
+/// # Panics
+///
+/// Outside a graft process.
+pub fn start_with<S: GenServer>(server: S, opts: StartOpts) -> Result<Server<S>, StartError> {
+    let parent = me("gen_server::start");
     let tag = graft::make_ref();
-    let (pid, m) = spawn_opts()
+    let StartOpts {
+        name,
+        timeout,
+        spawn,
+    } = opts;
+    let (pid, m) = spawn
+        .unwrap_or_default()
         .link()
         .spawn_monitor(move || {
             let mut server = server;
@@ -945,7 +1539,7 @@ fn start_inner<S: GenServer>(server: S, name: Option<String>) -> Result<Server<S
                 );
             };
             if let Some(name) = &name {
-                if let Err(e) = register(name, self_pid()) {
+                if let Err(e) = register(name, me("gen_server::start")) {
                     let error = match (e, whereis(name)) {
                         (Error::NameTaken(_), Some(holder)) => StartError::AlreadyStarted(holder),
                         (e, _) => StartError::Init(ExitReason::Other(e.to_string())),
@@ -962,12 +1556,15 @@ fn start_inner<S: GenServer>(server: S, name: Option<String>) -> Result<Server<S
                             result: Ok(()),
                         },
                     );
-                    let reason = serve(&mut server, Some(parent));
+                    let first = take_continue();
+                    let reason = serve(&mut server, Some(parent), first);
                     if !reason.is_normal() {
                         exit_self(reason);
                     }
                 }
                 Err(reason) => {
+                    // A continuation asked for by a failed init is dropped.
+                    let _ = take_continue();
                     fail(StartError::Init(reason.clone()));
                     if !reason.is_normal() {
                         exit_self(reason);
@@ -981,8 +1578,26 @@ fn start_inner<S: GenServer>(server: S, name: Option<String>) -> Result<Server<S
         .when(
             move |d: &ProcessDied| d.monitor == m,
             |d: ProcessDied| Err(StartError::Exited(d.reason)),
-        )
-        .wait();
+        );
+    let result = match timeout {
+        None => result.wait(),
+        Some(t) => match result.timeout(t) {
+            Some(r) => r,
+            None => {
+                // OTP: the starter kills the process stuck in init.
+                unlink(pid);
+                graft::exit(pid, ExitReason::Kill);
+                receive()
+                    .when(move |d: &ProcessDied| d.monitor == m, |_: ProcessDied| ())
+                    .wait();
+                // An ack or exit signal that raced the kill is dropped.
+                let _ = receive()
+                    .when(move |a: &InitAck| a.tag == tag, |_: InitAck| ())
+                    .timeout(Duration::ZERO);
+                return Err(StartError::Timeout);
+            }
+        },
+    };
     demonitor_flush(m);
     result.map(|()| Server::from_pid(pid))
 }
@@ -1025,8 +1640,14 @@ fn start_inner<S: GenServer>(server: S, name: Option<String>) -> Result<Server<S
 /// ```
 pub fn run<S: GenServer>(mut server: S) -> ExitReason {
     match guarded(|| server.init()).and_then(|r| r) {
-        Ok(()) => serve(&mut server, None),
-        Err(reason) => reason,
+        Ok(()) => {
+            let first = take_continue();
+            serve(&mut server, None, first)
+        }
+        Err(reason) => {
+            let _ = take_continue();
+            reason
+        }
     }
 }
 
@@ -1056,55 +1677,195 @@ pub(crate) fn guarded<R>(f: impl FnOnce() -> R) -> Result<R, ExitReason> {
 /// One thing the loop received.
 enum Event<S: GenServer> {
     Request(RequestOf<S>),
+    Envelope(Envelope),
     Remote(RemoteRequest),
+    Stop(ExitReason),
     ParentExit(ExitReason),
     Info(Unknown),
+    Continue(Continue),
+}
+
+/// Opens a local envelope as the server's request; a call of other types is
+/// answered with [`CallError::TypeMismatch`] (`None`), a cast of another
+/// type logged and dropped.
+fn open<S: GenServer>(mut e: Envelope) -> Option<RequestOf<S>> {
+    match e.0.caller.take() {
+        Some(caller) => {
+            let slot = e.0.payload.downcast_mut::<CallPayload<S::Call, S::Reply>>();
+            match slot.and_then(Option::take) {
+                Some((req, _)) => Some(Request::Call {
+                    req,
+                    from: ReplyTo {
+                        pid: caller.pid,
+                        tag: caller.tag,
+                        guard: caller.guard,
+                        remote: false,
+                        _r: PhantomData,
+                    },
+                }),
+                None => {
+                    let error = mismatch_of::<S>(&(e.0.types)());
+                    log::warn!(
+                        "gen_server {}: refused a call from {}: {error}",
+                        me("gen_server"),
+                        caller.pid
+                    );
+                    let active = caller
+                        .guard
+                        .active
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner());
+                    if *active == Some(caller.tag) {
+                        send(
+                            caller.pid,
+                            CallFailed {
+                                tag: caller.tag,
+                                error,
+                            },
+                        );
+                    }
+                    None
+                }
+            }
+        }
+        None => match e.0.payload.downcast_mut::<Option<S::Cast>>() {
+            Some(slot) => slot.take().map(Request::Cast),
+            None => {
+                log::warn!(
+                    "gen_server {} ({}): dropped a cast of type {} (it takes {})",
+                    me("gen_server"),
+                    std::any::type_name::<S>(),
+                    (e.0.types)().call_name,
+                    std::any::type_name::<S::Cast>()
+                );
+                None
+            }
+        },
+    }
 }
 
 /// Turns a request from another node into the local envelope (decoding its
-/// payload as the server's types); `None` (logged) if it does not decode.
+/// payload as the server's types). A call whose types are not the server's
+/// is answered with the mismatch; other failures are answered (calls) or
+/// logged (casts).
 fn remote_to_local<S: GenServer>(r: RemoteRequest) -> Option<RequestOf<S>> {
-    let decoded = match r {
-        RemoteRequest::Call { bytes, from, tag } => S::Call::decode_remote(&bytes).map(|req| {
-            let guard = Arc::new(CallGuard::default());
-            guard.set(Some(tag));
-            Request::Call {
-                req,
-                from: ReplyTo {
-                    pid: from,
-                    tag,
-                    guard,
-                    remote: true,
-                    _r: PhantomData,
-                },
-            }
-        }),
-        RemoteRequest::Cast { bytes } => S::Cast::decode_remote(&bytes).map(Request::Cast),
-        RemoteRequest::Stop(reason) => Ok(Request::Stop(reason)),
+    let fail = |from: Pid, tag: MonitorRef, why: RemoteFail| {
+        send(
+            from,
+            RemoteReply {
+                tag,
+                result: Err(why),
+            },
+        );
     };
-    match decoded {
-        Ok(req) => Some(req),
-        Err(e) => {
-            log::warn!("gen_server {}: dropping a remote request: {e}", self_pid());
-            None
+    match r {
+        RemoteRequest::Call {
+            bytes,
+            from,
+            tag,
+            reply,
+        } => {
+            let found = graft::graph::peek_descriptor(&bytes).ok();
+            let checks = [
+                (
+                    false,
+                    found,
+                    S::Call::remote_descriptor(),
+                    S::Call::full_descriptor(),
+                    std::any::type_name::<S::Call>(),
+                ),
+                (
+                    true,
+                    Some(reply),
+                    S::Reply::remote_descriptor(),
+                    S::Reply::full_descriptor(),
+                    std::any::type_name::<S::Reply>(),
+                ),
+            ];
+            for (is_reply, theirs, ours, desc, name) in checks {
+                if theirs != ours {
+                    let why = match desc {
+                        Some(d) => RemoteFail::Mismatch {
+                            reply: is_reply,
+                            server: std::any::type_name::<S>().to_string(),
+                            expected: name.to_string(),
+                            form: d.readable().to_string(),
+                        },
+                        None => RemoteFail::Error(CallError::Remote(format!(
+                            "the server's {} type {name} is local-only",
+                            if is_reply { "reply" } else { "request" }
+                        ))),
+                    };
+                    log::warn!(
+                        "gen_server {}: refused a call from {from}: {why:?}",
+                        me("gen_server")
+                    );
+                    fail(from, tag, why);
+                    return None;
+                }
+            }
+            match S::Call::decode_remote(&bytes) {
+                Ok(req) => {
+                    let guard = Arc::new(CallGuard::default());
+                    guard.set(Some(tag));
+                    Some(Request::Call {
+                        req,
+                        from: ReplyTo {
+                            pid: from,
+                            tag,
+                            guard,
+                            remote: true,
+                            _r: PhantomData,
+                        },
+                    })
+                }
+                Err(e) => {
+                    fail(
+                        from,
+                        tag,
+                        RemoteFail::Error(CallError::Remote(e.to_string())),
+                    );
+                    None
+                }
+            }
         }
+        RemoteRequest::Cast { bytes } => match S::Cast::decode_remote(&bytes) {
+            Ok(msg) => Some(Request::Cast(msg)),
+            Err(e) => {
+                log::warn!(
+                    "gen_server {}: dropping a remote cast: {e}",
+                    me("gen_server")
+                );
+                None
+            }
+        },
+        RemoteRequest::Stop(reason) => Some(Request::Stop(reason)),
     }
 }
 
 /// The server loop: receive, dispatch, until a callback stops it; then
 /// `terminate` and the pending reply. Returns the exit reason.
-fn serve<S: GenServer>(server: &mut S, parent: Option<Pid>) -> ExitReason {
+fn serve<S: GenServer>(server: &mut S, parent: Option<Pid>, first: Option<Continue>) -> ExitReason {
+    let mut next = first;
     let (reason, pending) = loop {
-        let event = receive()
-            .on(|m: RequestOf<S>| Event::<S>::Request(m))
-            .on(|m: RemoteRequest| Event::Remote(m))
-            .when(
-                move |s: &ExitSignal| Some(s.from) == parent,
-                |s: ExitSignal| Event::ParentExit(s.reason),
-            )
-            .any(Event::Info)
-            .wait();
+        let event = match next.take() {
+            Some(c) => Event::Continue(c),
+            None => receive()
+                .on(|m: Envelope| Event::<S>::Envelope(m))
+                .on(|m: RemoteRequest| Event::Remote(m))
+                .on(|m: StopRequest| Event::Stop(m.0))
+                .when(
+                    move |s: &ExitSignal| Some(s.from) == parent,
+                    |s: ExitSignal| Event::ParentExit(s.reason),
+                )
+                .any(Event::Info)
+                .wait(),
+        };
         let event = match event {
+            Event::Envelope(e) => match open::<S>(e) {
+                Some(local) => Event::Request(local),
+                None => continue,
+            },
             Event::Remote(r) => match remote_to_local::<S>(r) {
                 Some(local) => Event::Request(local),
                 None => continue,
@@ -1112,15 +1873,20 @@ fn serve<S: GenServer>(server: &mut S, parent: Option<Pid>) -> ExitReason {
             other => other,
         };
         let flow = match event {
-            Event::Remote(_) => continue,
+            Event::Envelope(_) | Event::Remote(_) => continue,
             Event::Request(Request::Call { req, from }) => {
                 match guarded(|| server.handle_call(req, &from)) {
                     Ok(CallResult::Reply(r)) => {
                         from.reply(r);
+                        next = take_continue();
                         continue;
                     }
-                    Ok(CallResult::NoReply) => continue,
+                    Ok(CallResult::NoReply) => {
+                        next = take_continue();
+                        continue;
+                    }
                     Ok(CallResult::Stop(reason, reply)) => {
+                        let _ = take_continue();
                         break (reason, reply.map(|r| (from, r)));
                     }
                     Err(reason) => Flow::Stop(reason),
@@ -1129,10 +1895,14 @@ fn serve<S: GenServer>(server: &mut S, parent: Option<Pid>) -> ExitReason {
             Event::Request(Request::Cast(msg)) => {
                 guarded(|| server.handle_cast(msg)).unwrap_or_else(Flow::Stop)
             }
-            Event::Request(Request::Stop(reason)) => Flow::Stop(reason),
+            Event::Request(Request::Stop(reason)) | Event::Stop(reason) => Flow::Stop(reason),
             Event::ParentExit(reason) => Flow::Stop(reason),
             Event::Info(msg) => guarded(|| server.handle_info(msg)).unwrap_or_else(Flow::Stop),
+            Event::Continue(c) => guarded(|| server.handle_continue(c)).unwrap_or_else(Flow::Stop),
         };
+        // A continuation asked for by this callback runs next (or is
+        // dropped when the server stops).
+        next = take_continue();
         if let Flow::Stop(reason) = flow {
             break (reason, None);
         }
@@ -1140,15 +1910,19 @@ fn serve<S: GenServer>(server: &mut S, parent: Option<Pid>) -> ExitReason {
     let reason = match guarded(|| server.terminate(&reason)) {
         Ok(()) => reason,
         Err(crash) => {
-            log::error!("gen_server {}: terminate panicked: {crash}", self_pid());
+            log::error!(
+                "gen_server {}: terminate panicked: {crash}",
+                me("gen_server")
+            );
             crash
         }
     };
+    let _ = take_continue();
     if let Some((from, r)) = pending {
         from.reply(r);
     }
     if !matches!(reason, ExitReason::Normal | ExitReason::Shutdown) {
-        log::error!("gen_server {} terminating: {reason}", self_pid());
+        log::error!("gen_server {} terminating: {reason}", me("gen_server"));
     }
     reason
 }

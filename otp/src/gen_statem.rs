@@ -746,7 +746,7 @@ impl<M: GenStatem> Statem<M> {
     /// # Errors
     ///
     /// [`CallError::NoProc`] if the machine is not alive,
-    /// [`CallError::ServerDied`] if it ends before replying,
+    /// [`CallError::Exited`] if it ends before replying,
     /// [`CallError::Timeout`] (a later reply is dropped),
     /// [`CallError::Remote`] when its node cannot be reached or its types
     /// are not `Mobile`.
@@ -762,7 +762,7 @@ impl<M: GenStatem> Statem<M> {
     ///
     /// # Errors
     ///
-    /// [`CallError::NoProc`], [`CallError::ServerDied`], [`CallError::Remote`].
+    /// [`CallError::NoProc`], [`CallError::Exited`], [`CallError::Remote`].
     ///
     /// # Panics
     ///
@@ -813,7 +813,8 @@ impl<M: GenStatem> Statem<M> {
                 caller_guard(me).set(None);
                 take_reply::<M::Reply>(tag).ok_or(match reason {
                     ExitReason::NoProc => CallError::NoProc,
-                    reason => CallError::ServerDied(reason),
+                    ExitReason::NoConnection => CallError::NoConnection,
+                    reason => CallError::Exited(reason),
                 })
             }
             None => {
@@ -866,11 +867,8 @@ impl<M: GenStatem> Statem<M> {
             }
             Some(Ok(Err(why))) => Err(CallError::Remote(why)),
             Some(Err(ExitReason::NoProc)) => Err(CallError::NoProc),
-            Some(Err(ExitReason::NoConnection)) => Err(CallError::Remote(format!(
-                "lost the connection to {}",
-                self.pid.node()
-            ))),
-            Some(Err(reason)) => Err(CallError::ServerDied(reason)),
+            Some(Err(ExitReason::NoConnection)) => Err(CallError::NoConnection),
+            Some(Err(reason)) => Err(CallError::Exited(reason)),
             None => Err(CallError::Timeout),
         }
     }
@@ -893,7 +891,7 @@ impl<M: GenStatem> Statem<M> {
     ///
     /// # Errors
     ///
-    /// [`CallError::NoProc`] if it was not alive, [`CallError::ServerDied`]
+    /// [`CallError::NoProc`] if it was not alive, [`CallError::Exited`]
     /// if it ended with another reason.
     ///
     /// # Panics
@@ -916,7 +914,7 @@ impl<M: GenStatem> Statem<M> {
         match died.reason {
             ExitReason::NoProc => Err(CallError::NoProc),
             r if r == reason => Ok(()),
-            r => Err(CallError::ServerDied(r)),
+            r => Err(CallError::Exited(r)),
         }
     }
 }

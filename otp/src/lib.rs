@@ -43,12 +43,23 @@
 //!
 //! # Contents
 //!
+//! * [`application`]: [`Application`](application::Application) (OTP's
+//!   application behaviour) and the [`Runner`](application::Runner) a
+//!   program's `main` calls: it starts the node from config and environment,
+//!   the applications in dependency order, and stops their trees in reverse
+//!   order on SIGTERM, SIGINT or [`application::stop`]. Start long-lived
+//!   trees here: a tree started inside [`Node::run`](graft::Node::run) stops
+//!   when its closure returns.
 //! * [`gen_server`]: the [`GenServer`](gen_server::GenServer) trait, the
-//!   typed [`Server`](gen_server::Server) handle (`call`, `call_timeout`,
-//!   `cast`, `stop`), `start`, `start_named`, `run`.
+//!   [`Protocol`](gen_server::Protocol) a client names, the typed
+//!   [`Server`](gen_server::Server) handle (`at`, `call`, `call_timeout`,
+//!   `cast`, `stop`) with its typed [`CallError`](gen_server::CallError),
+//!   `start`, `start_named`, `start_with` ([`StartOpts`](gen_server::StartOpts)),
+//!   `start_on` (another node), `continue_with`, `run`.
 //! * [`supervisor`]: [`Supervisor`](supervisor::Supervisor) with
-//!   [`ChildSpec`](supervisor::ChildSpec)s, strategies, restart types,
-//!   intensity, shutdown policies; the calls to a running supervisor
+//!   [`ChildSpec`](supervisor::ChildSpec)s (local, named, or on another
+//!   node), strategies, restart types, intensity (OTP's default: 1 restart
+//!   in 5 s), shutdown policies; the calls to a running supervisor
 //!   (`start_child`, `terminate_child`, `restart_child`, `delete_child`,
 //!   `which_children`, `get_child`, `count_children`); and
 //!   [`DynamicSupervisor`](supervisor::DynamicSupervisor) for many children
@@ -63,18 +74,23 @@
 //! * [`erpc`]: `call`, `cast` and `multicall` of mobile functions on other
 //!   nodes.
 //! * [`prelude`]: the names nearly every program imports.
+//! * The runtime, re-exported: [`graft`] whole, and at this crate's root
+//!   the items a program names most ([`graph`], [`MobileFn`], [`mobile_fn!`],
+//!   [`registered`], [`SpawnOpts`], [`ProcessInfo`], ...), so that a crate
+//!   depending on graft-otp alone needs no `graft` dependency (the derive
+//!   finds graft through graft-otp by itself).
 //!
-//! # Not yet
-//!
-//! The remote parts (`gen_server::start_on`, children on other nodes) wait
-//! for graft's distribution layer.
+//! Everything works across nodes: `gen_server::start_on`,
+//! `ChildSpec::server_on` (a child on another node, restarted there),
+//! `Server::at((name, node))`, and calls and casts to a server anywhere.
 #![forbid(unsafe_code)]
 
 pub mod erpc;
+
+pub mod application;
 pub mod gen_server;
 pub mod gen_server_multi;
 pub mod gen_statem;
-
 pub mod global;
 pub mod pg;
 pub mod prelude;
@@ -82,3 +98,13 @@ pub mod supervisor;
 pub mod task;
 
 pub use graft;
+// What a user of graft-otp alone reaches without naming `graft`: the graph
+// layer (mobile values and functions) and the runtime's own items.
+pub use graft::graph;
+pub use graft::graph::{MobileFn, MobileFnOnce};
+pub use graft::{
+    call_on, channel, clause, local, mobile_fn, mobile_fn_once, node_name, process_info,
+    registered, spawn_on, Dest, Error, ExitReason, Message, Mobile, Node, NodeConfig, NodeId, Pid,
+    ProcessInfo, SpawnOpts,
+};
+pub use graft::{signal, Local, MonitorRef, TimerRef, Unknown};

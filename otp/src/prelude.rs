@@ -20,15 +20,19 @@
 //! node.shutdown();
 //! ```
 
+pub use crate::application::{self, Application};
 pub use crate::gen_server::{
-    self, CallError, CallResult, Flow, GenServer, ReplyTo, Server, StartError,
+    self, CallError, CallResult, Continue, Flow, GenServer, Protocol, ReplyTo, Server, StartError,
+    StartOpts,
 };
 pub use crate::supervisor::{
     self, ChildKind, ChildSpec, DynamicSupervisor, Restart, Shutdown, Strategy, Supervisor,
 };
+pub use graft::graph::{MobileFn, MobileFnOnce};
 pub use graft::{
-    blocking, call_on, connect, disconnect, nodes, process_info, processes, spawn_link_on,
-    spawn_on, whereis_on,
+    blocking, call_on, connect, disconnect, mobile_fn, mobile_fn_once, node_name, nodes,
+    process_info, processes, registered, spawn_link_on, spawn_on, whereis_on, ProcessInfo,
+    SpawnOpts,
 };
 pub use graft::{
     demonitor, demonitor_flush, exit, exit_self, expect, expect_timeout, is_alive, link, make_ref,

@@ -182,6 +182,59 @@ impl ChildSpec {
         ChildSpec::new(id, move || gen_server::start(make()).map(|s| s.pid()))
     }
 
+    /// A worker that is the gen_server `make()` returns, registered under
+    /// `id` on this node (found with `Server::at(id)` or, from another
+    /// node, `Server::at((id, node))`). A restart registers the new server
+    /// under the same name.
+    ///
+    /// ```
+    /// use graft_otp::prelude::*;
+    ///
+    /// struct Ping;
+    /// impl GenServer for Ping {
+    ///     type Call = ();
+    ///     type Cast = ();
+    ///     type Reply = u8;
+    ///     fn handle_call(&mut self, _: (), _: &ReplyTo<u8>) -> CallResult<u8> {
+    ///         CallResult::Reply(1)
+    ///     }
+    /// }
+    ///
+    /// let node = Node::start(NodeConfig::new("127.0.0.1:0")).unwrap();
+    /// let one = node.run(|| {
+    ///     Supervisor::new(Strategy::OneForOne)
+    ///         .child(ChildSpec::server_named("ping", || Ping))
+    ///         .start()
+    ///         .unwrap();
+    ///     Server::<Ping>::at("ping").unwrap().call(()).unwrap()
+    /// }).unwrap();
+    /// assert_eq!(one, 1);
+    /// node.shutdown();
+    /// ```
+    pub fn server_named<S, F>(id: &str, make: F) -> ChildSpec
+    where
+        S: GenServer,
+        F: Fn() -> S + Send + Sync + 'static,
+    {
+        ChildSpec::server_with(id, gen_server::StartOpts::new().name(id), make)
+    }
+
+    /// A gen_server worker started with `opts` (a name, a timeout on
+    /// `init`, spawn options; see [`gen_server::StartOpts`]).
+    pub fn server_with<S, F>(
+        id: impl Into<String>,
+        opts: gen_server::StartOpts,
+        make: F,
+    ) -> ChildSpec
+    where
+        S: GenServer,
+        F: Fn() -> S + Send + Sync + 'static,
+    {
+        ChildSpec::new(id, move || {
+            gen_server::start_with(make(), opts.clone()).map(|s| s.pid())
+        })
+    }
+
     /// A gen_server child on another node (`ChildSpec::on(node)` in the
     /// brief): `make()` builds the server here, it travels to `node` and is
     /// started there with [`gen_server::start_on`], linked to the
@@ -338,7 +391,12 @@ pub struct Supervisor {
 
 impl Supervisor {
     /// A supervisor with `strategy`, no children, and OTP's default
-    /// intensity (1 restart in 5 seconds).
+    /// intensity: **at most 1 restart in 5 seconds**. A second crash within
+    /// 5 s makes the supervisor give up (it stops its children and exits
+    /// with `Shutdown`, which its own parent sees as a crash). That is
+    /// OTP's default too, and strict on purpose; a child that may crash in
+    /// bursts wants [`intensity`](Self::intensity), e.g. `.intensity(10,
+    /// Duration::from_secs(10))`.
     pub fn new(strategy: Strategy) -> Supervisor {
         Supervisor {
             strategy,
@@ -382,6 +440,7 @@ impl Supervisor {
     ///
     /// Outside a graft process.
     pub fn start(self) -> Result<Pid, StartError> {
+        gen_server::me("Supervisor::start");
         let state = SupState {
             strategy: self.strategy,
             max_restarts: self.max_restarts,
@@ -454,7 +513,9 @@ impl<A> fmt::Debug for DynamicSupervisor<A> {
 impl<A: Clone + Send + Sync + 'static> DynamicSupervisor<A> {
     /// A dynamic supervisor whose children are started by `start(arg)`
     /// (called in the supervisor process; link the child). Defaults:
-    /// permanent workers, 1 restart in 5 seconds.
+    /// permanent workers, and OTP's default intensity of **1 restart in 5
+    /// seconds** (a second crash within 5 s shuts the supervisor down; set
+    /// [`intensity`](Self::intensity) for more).
     pub fn new<F>(start: F) -> DynamicSupervisor<A>
     where
         F: Fn(A) -> Result<Pid, StartError> + Send + Sync + 'static,
@@ -511,6 +572,7 @@ impl<A: Clone + Send + Sync + 'static> DynamicSupervisor<A> {
     ///
     /// Outside a graft process.
     pub fn start(self) -> Result<DynamicHandle<A>, StartError> {
+        gen_server::me("DynamicSupervisor::start");
         let state = SupState {
             strategy: Strategy::OneForOne,
             max_restarts: self.max_restarts,
@@ -640,6 +702,21 @@ enum SupReply {
     Children(Vec<ChildInfo>),
     Child(Option<Pid>),
     Count(ChildCount),
+}
+
+impl SupCall {
+    /// The public function that makes this request.
+    fn name(&self) -> &'static str {
+        match self {
+            SupCall::StartChild(_) => "supervisor::start_child",
+            SupCall::TerminateChild(_) | SupCall::TerminatePid(_) => "supervisor::terminate_child",
+            SupCall::RestartChild(_) => "supervisor::restart_child",
+            SupCall::DeleteChild(_) => "supervisor::delete_child",
+            SupCall::WhichChildren => "supervisor::which_children",
+            SupCall::GetChild(_) => "supervisor::get_child",
+            SupCall::CountChildren => "supervisor::count_children",
+        }
+    }
 }
 
 // Supervisor requests carry start functions (closures): local-only.
@@ -1064,6 +1141,8 @@ fn stop_all(targets: &[(Pid, Shutdown, &str)]) {
 }
 
 fn call(sup: Pid, req: SupCall) -> Result<SupReply, CallError> {
+    // Outside a process, the panic names the supervisor call made.
+    gen_server::me(req.name());
     Server::<SupState>::from_pid(sup).call_infinity(req)
 }
 
@@ -1167,6 +1246,11 @@ pub fn get_child(sup: Pid, id: &str) -> Option<Pid> {
 /// `gen_server:stop(Sup)`): its children stop in reverse start order, then
 /// it ends with `reason`. Waits until it has ended.
 ///
+/// **The supervisor is linked to the process that started it**: stopped
+/// with any reason but `Normal`, its exit signal takes that process down
+/// too (unless it traps exits), as in OTP. Stop it with
+/// `ExitReason::Normal` (as below) to stay alive, or `unlink` it first.
+///
 /// # Errors
 ///
 /// [`CallError::NoProc`] if `sup` was not alive.
@@ -1183,6 +1267,7 @@ pub fn get_child(sup: Pid, id: &str) -> Option<Pid> {
 /// .unwrap();
 /// ```
 pub fn stop(sup: Pid, reason: ExitReason) -> Result<(), CallError> {
+    gen_server::me("supervisor::stop");
     Server::<SupState>::from_pid(sup).stop(reason)
 }
 

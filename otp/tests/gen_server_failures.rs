@@ -96,7 +96,7 @@ otp_test! {
         let s = faulty();
         let m = monitor(s.pid());
         let r = s.call(Do::Panic("bad request"));
-        assert_eq!(r, Err(CallError::ServerDied(ExitReason::Other("bad request".into()))));
+        assert_eq!(r, Err(CallError::Exited(ExitReason::Other("bad request".into()))));
         assert_eq!(terminated(), ExitReason::Other("bad request".into()));
         assert_eq!(down_reason(m), ExitReason::Other("bad request".into()));
         assert_eq!(take_exit_signal(s.pid()), ExitReason::Other("bad request".into()));
@@ -176,7 +176,7 @@ otp_test! {
         assert_eq!(expect_timeout::<&'static str>(HANG), Some("in call"));
         exit(s.pid(), ExitReason::Kill);
         let r: Result<u32, CallError> = expect_timeout(HANG).unwrap();
-        assert_eq!(r, Err(CallError::ServerDied(ExitReason::Killed)));
+        assert_eq!(r, Err(CallError::Exited(ExitReason::Killed)));
         assert_eq!(take_exit_signal(s.pid()), ExitReason::Killed);
     }
 
@@ -185,7 +185,7 @@ otp_test! {
         let s = faulty();
         let r = s.call(Do::StopSelf);
         assert!(
-            matches!(&r, Err(CallError::ServerDied(ExitReason::Other(m))) if m.contains("calling_self")),
+            matches!(&r, Err(CallError::Exited(ExitReason::Other(m))) if m.contains("calling_self")),
             "{r:?}"
         );
         let _ = take_exit_signal(s.pid());
@@ -196,7 +196,7 @@ otp_test! {
         trap_exits(true);
         let s = faulty();
         let r = s.call(Do::ExitWith(ExitReason::Other("gone".into())));
-        assert_eq!(r, Err(CallError::ServerDied(ExitReason::Other("gone".into()))));
+        assert_eq!(r, Err(CallError::Exited(ExitReason::Other("gone".into()))));
         // As OTP's exit/1 inside a callback: terminate runs, with that reason.
         assert_eq!(terminated(), ExitReason::Other("gone".into()));
         assert_eq!(take_exit_signal(s.pid()), ExitReason::Other("gone".into()));
@@ -271,7 +271,7 @@ otp_test! {
         }
         let s = gen_server::start(Narcissus).unwrap();
         match s.call(()) {
-            Err(CallError::ServerDied(ExitReason::Other(why))) => assert!(why.contains("calling_self"), "{why}"),
+            Err(CallError::Exited(ExitReason::Other(why))) => assert!(why.contains("calling_self"), "{why}"),
             other => panic!("unexpected {other:?}"),
         }
     }
@@ -296,7 +296,7 @@ otp_test! {
         for n in 0..50 {
             let s = gen_server::start(Delegate).unwrap();
             let r = s.call(n);
-            assert!(r == Ok(n) || r == Err(CallError::ServerDied(ExitReason::Other("gone".into()))), "{r:?}");
+            assert!(r == Ok(n) || r == Err(CallError::Exited(ExitReason::Other("gone".into()))), "{r:?}");
             assert_eq!(take_exit_signal(s.pid()), ExitReason::Other("gone".into()));
         }
         // Let every helper finish: each reply was taken in its call or refused.
@@ -321,7 +321,7 @@ otp_test! {
         let s = gen_server::start(BadExit).unwrap();
         assert_eq!(
             s.stop(ExitReason::Normal),
-            Err(CallError::ServerDied(ExitReason::Other("terminate failed".into())))
+            Err(CallError::Exited(ExitReason::Other("terminate failed".into())))
         );
         assert_eq!(take_exit_signal(s.pid()), ExitReason::Other("terminate failed".into()));
     }

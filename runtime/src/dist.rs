@@ -590,7 +590,7 @@ impl Handler for NetHandler {
         let Ok(sender) = t.sender(peer.id) else {
             return;
         };
-        let id = NodeId::from_name(&peer.name);
+        let id = crate::pid::note_node_name(&peer.name);
         if crate::netmon::partitioned(n.id, id) {
             log::info!(
                 "graft: {} refuses {} (partitioned by a test)",
@@ -617,9 +617,10 @@ impl Handler for NetHandler {
             );
         });
         log::info!(
-            "graft: {} connected to {} ({id}) at {}",
+            "graft: {} connected to {} (id {:016x}) at {}",
             n.name,
             peer.name,
+            id.0,
             peer.listen_addr
         );
         if !others.is_empty() {

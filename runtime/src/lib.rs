@@ -96,6 +96,7 @@ mod overflow;
 mod pid;
 mod process;
 mod sched;
+pub mod signal;
 mod stack;
 mod table;
 mod wakeup;

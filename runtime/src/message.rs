@@ -40,6 +40,16 @@ pub trait Message: Send + 'static {
         None
     }
 
+    /// The full type descriptor remote copies of this type carry (`None`
+    /// for local-only types): names the first difference of two types.
+    #[doc(hidden)]
+    fn full_descriptor() -> Option<&'static graph::Descriptor>
+    where
+        Self: Sized,
+    {
+        None
+    }
+
     /// Encodes for another node: `(descriptor hash, bytes)`.
     #[doc(hidden)]
     fn encode_remote(&self) -> Result<(u64, Vec<u8>), Error> {
@@ -63,6 +73,9 @@ impl<T: Mobile> Message for T {
     #[inline]
     fn remote_descriptor() -> Option<u64> {
         Some(graph::descriptor_of::<T>().hash())
+    }
+    fn full_descriptor() -> Option<&'static graph::Descriptor> {
+        Some(graph::descriptor_of::<T>())
     }
     fn encode_remote(&self) -> Result<(u64, Vec<u8>), Error> {
         Ok((graph::descriptor_of::<T>().hash(), graph::encode(self)))

@@ -80,7 +80,20 @@ impl NodeConfig {
             auto_connect: Default::default(),
         }
     }
-    /// The node's name (default `graft@<listen address>`).
+    /// The node's name, `name@host` (its [`NodeId`] is a hash of it, and it
+    /// is how the node displays in logs, errors and `Debug`).
+    ///
+    /// Default: `graft@<ip>:<port>` when the listen address has a fixed port
+    /// (stable: a restarted node keeps its name and id), but for port 0 a
+    /// new random name `graft-<hex>@<ip>` at each start (a restarted node is
+    /// a new node to its peers). Give a name, or a port, for a node that
+    /// must be recognised after a restart.
+    ///
+    /// ```
+    /// let node = graft::Node::start(graft::NodeConfig::new("127.0.0.1:0").name("kv@127.0.0.1")).unwrap();
+    /// assert_eq!(node.name(), "kv@127.0.0.1");
+    /// node.shutdown();
+    /// ```
     pub fn name(mut self, name: &str) -> NodeConfig {
         self.name = Some(name.to_string());
         self
@@ -559,7 +572,8 @@ impl Node {
         let name = config
             .name
             .clone()
-            .unwrap_or_else(|| format!("graft-{creation:08x}@{}", addr.ip()));
+            .unwrap_or_else(|| default_name(addr, creation));
+        crate::pid::note_node_name(&name);
         let workers: Vec<crossbeam_deque::Worker<crate::sched::Runnable>> = (0..config.workers)
             .map(|_| crossbeam_deque::Worker::new_lifo())
             .collect();
@@ -647,8 +661,8 @@ impl Node {
                 .spawn(move || node_loop(&s, rx))?,
         );
         log::info!(
-            "graft: node {name} ({}) listening on {} with {} workers",
-            shared.id,
+            "graft: node {name} (id {:016x}) listening on {} with {} workers",
+            shared.id.0,
             shared.dist.transport().map_or(addr, |t| t.local_addr()),
             config.workers
         );
@@ -728,6 +742,14 @@ impl Node {
     /// value once it finishes. Call it from outside any process (`main`, a
     /// test): it blocks the calling OS thread until `f` returns, which from
     /// inside a process would block that process's worker.
+    ///
+    /// **Returning ends the root process**, with the usual consequences:
+    /// everything linked to it gets its exit signal. A supervisor tree (or
+    /// a gen_server) started inside `f` is linked to it, so it stops the
+    /// moment `f` returns (OTP-correct: its parent exited). To keep trees
+    /// running for the life of a program, use graft-otp's
+    /// `application::Runner` (which parks them under processes that live
+    /// until SIGTERM/SIGINT or `application::stop()`), or keep `f` waiting.
     ///
     /// # Errors
     ///
@@ -940,6 +962,19 @@ pub(crate) fn connect_transport(node: &NodeShared, addr: SocketAddr) -> Result<N
     }
     let info = t.connect(addr).map_err(|e| Error::Remote(e.to_string()))?;
     Ok(NodeId::from_name(&info.name))
+}
+
+/// The name of a node started without one: `graft@<ip>:<port>` when the
+/// listen address has a fixed port (the same name, so the same [`NodeId`],
+/// after a restart), `graft-<creation>@<ip>` for port 0 (a new name each
+/// start: the port is not known until the socket is bound, and two such
+/// nodes on one host must differ).
+fn default_name(addr: SocketAddr, creation: u32) -> String {
+    if addr.port() != 0 {
+        format!("graft@{addr}")
+    } else {
+        format!("graft-{creation:08x}@{}", addr.ip())
+    }
 }
 
 /// A random 32-bit creation, so pids of an earlier incarnation never match.

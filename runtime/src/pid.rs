@@ -32,9 +32,49 @@ impl NodeId {
     }
 }
 
+/// The names of the nodes this OS process has met (its own nodes and their
+/// peers), so that a [`NodeId`] displays as its name everywhere: logs,
+/// errors, `Debug`. Names are never removed (a node id is a hash of the
+/// name, so an entry can never turn wrong).
+fn node_names() -> &'static std::sync::RwLock<std::collections::HashMap<u64, std::sync::Arc<str>>> {
+    static NAMES: std::sync::OnceLock<
+        std::sync::RwLock<std::collections::HashMap<u64, std::sync::Arc<str>>>,
+    > = std::sync::OnceLock::new();
+    NAMES.get_or_init(Default::default)
+}
+
+/// Records `name` as the name of the node it hashes to (see [`NodeId::name`]).
+pub(crate) fn note_node_name(name: &str) -> NodeId {
+    let id = NodeId::from_name(name);
+    let mut names = node_names().write().unwrap_or_else(|e| e.into_inner());
+    names.entry(id.0).or_insert_with(|| name.into());
+    id
+}
+
+impl NodeId {
+    /// The node's name, if this OS process has met the node (it runs here,
+    /// or was connected to a node here); ids display as this name.
+    ///
+    /// ```
+    /// let node = graft::Node::start(graft::NodeConfig::new("127.0.0.1:0").name("shown@127.0.0.1")).unwrap();
+    /// assert_eq!(node.id().name().as_deref(), Some("shown@127.0.0.1"));
+    /// assert_eq!(format!("{:?}", node.id()), "shown@127.0.0.1");
+    /// assert_eq!(format!("{}", graft::NodeId(7)), "node#00000007"); // never met
+    /// node.shutdown();
+    /// ```
+    pub fn name(&self) -> Option<String> {
+        let names = node_names().read().unwrap_or_else(|e| e.into_inner());
+        names.get(&self.0).map(|n| n.to_string())
+    }
+}
+
 impl fmt::Debug for NodeId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "node#{:08x}", self.0 as u32)
+        let names = node_names().read().unwrap_or_else(|e| e.into_inner());
+        match names.get(&self.0) {
+            Some(name) => f.write_str(name),
+            None => write!(f, "node#{:08x}", self.0 as u32),
+        }
     }
 }
 

@@ -162,9 +162,7 @@ fn main() {
         spawn_on(b_id, (), |()| {
             let sup = Supervisor::new(Strategy::OneForOne)
                 .intensity(3, Duration::from_secs(5))
-                .child(ChildSpec::new("counter", || {
-                    gen_server::start_named("counter", Counter::default()).map(|s| s.pid())
-                }))
+                .child(ChildSpec::server_named("counter", Counter::default))
                 .start()
                 .expect("supervisor starts");
             register("counter_sup", sup).expect("name free");
@@ -195,6 +193,10 @@ fn main() {
         let (_, value) = call_on(b_id, String::from("counter"), counter_state).expect("call_on");
         println!("  counter {first} on beta counts {}", value.unwrap_or(-1));
         let m = monitor(first);
+        println!(
+            "  crashing it on purpose: the ERROR lines below (on stderr) are beta's crash report, \
+             as an OTP node logs one; nothing is wrong"
+        );
         call_on(b_id, CounterCast::Crash, counter_cast).expect("call_on");
         let d: ProcessDied = receive()
             .when(move |d: &ProcessDied| d.monitor == m, |d| d)

@@ -8,6 +8,15 @@
 //! `end()`; for an enum, `variant(index, name)` and, if the variant has
 //! fields, the same body. On a decode error, fields decoded so far are handed
 //! to `Decoder::bury_err` so that deep partial values are dropped safely.
+//!
+//! # Which crate the generated code names
+//!
+//! The impl names the graft crate by path. By default the derive reads the
+//! deriving crate's `Cargo.toml` (at `CARGO_MANIFEST_DIR`): a crate that
+//! depends on `graft` gets `::graft`, a crate that depends on `graft-otp`
+//! alone gets `::graft_otp::graft` (renamed dependencies are followed). A
+//! crate that reaches graft some other way (through its own re-export) says
+//! where with `#[mobile(crate = path::to::graft)]`.
 
 use proc_macro::TokenStream;
 use proc_macro2::{Span, TokenStream as TokenStream2};
@@ -19,14 +28,211 @@ use syn::{parse_macro_input, parse_quote, Data, DeriveInput, Fields, Ident, LitS
 /// ```ignore
 /// #[derive(graft::Mobile)]
 /// struct Point { x: i32, y: i32 }
+///
+/// // In a crate that reaches graft through a re-export of its own:
+/// #[derive(my_platform::Mobile)]
+/// #[mobile(crate = my_platform::graft)]
+/// struct Reading { celsius: f64 }
 /// ```
-#[proc_macro_derive(Mobile)]
+#[proc_macro_derive(Mobile, attributes(mobile))]
 pub fn derive_mobile(input: TokenStream) -> TokenStream {
     let input = parse_macro_input!(input as DeriveInput);
+    let krate = match crate_path(&input) {
+        Ok(k) => k,
+        Err(e) => return e.to_compile_error().into(),
+    };
     match expand(input) {
-        Ok(ts) => ts.into(),
+        Ok(ts) => retarget(ts, &krate).into(),
         Err(e) => e.to_compile_error().into(),
     }
+}
+
+/// The path to graft: `#[mobile(crate = ..)]`, else found from the manifest.
+fn crate_path(input: &DeriveInput) -> syn::Result<TokenStream2> {
+    for attr in &input.attrs {
+        if !attr.path().is_ident("mobile") {
+            continue;
+        }
+        let mut found = None;
+        attr.parse_nested_meta(|meta| {
+            if meta.path.is_ident("crate") {
+                let path: syn::Path = meta.value()?.parse()?;
+                found = Some(quote!(#path));
+                Ok(())
+            } else {
+                Err(meta.error("unknown `mobile` option (expected `crate = path`)"))
+            }
+        })?;
+        if let Some(p) = found {
+            return Ok(p);
+        }
+    }
+    Ok(default_crate_path())
+}
+
+/// `::graft`, or `::graft_otp::graft` for a crate that depends on graft-otp
+/// but not on graft (see the crate docs).
+fn default_crate_path() -> TokenStream2 {
+    let pkg = std::env::var("CARGO_PKG_NAME").unwrap_or_default();
+    let manifest = std::env::var("CARGO_MANIFEST_DIR").ok().and_then(|dir| {
+        std::fs::read_to_string(std::path::Path::new(&dir).join("Cargo.toml")).ok()
+    });
+    let path = match manifest {
+        Some(text) if pkg != "graft" => choose_path(&text),
+        _ => "::graft".to_string(),
+    };
+    path.parse().unwrap_or_else(|_| quote!(::graft))
+}
+
+/// Picks the path from a manifest's text (a small line scan of the
+/// dependency tables: enough for `name = ..`, `name.workspace = true`,
+/// `[dependencies.name]` and `package = "..."` renames).
+fn choose_path(manifest: &str) -> String {
+    let mut graft: Option<(String, bool)> = None; // (key, in [dependencies])
+    let mut otp: Option<String> = None;
+    let mut table = String::new();
+    let mut table_key: Option<String> = None;
+    let mut note = |key: &str, package: &str, normal: bool| {
+        let ident = key.replace('-', "_");
+        match package {
+            "graft" if graft.as_ref().is_none_or(|(_, n)| !*n && normal) => {
+                graft = Some((ident, normal));
+            }
+            "graft-otp" => {
+                otp.get_or_insert(ident);
+            }
+            _ => {}
+        }
+    };
+    for raw in manifest.lines() {
+        let line = raw.split('#').next().unwrap_or("").trim();
+        if line.starts_with('[') {
+            let name = line
+                .trim_matches(|c| c == '[' || c == ']')
+                .trim()
+                .to_string();
+            table_key = None;
+            // `[dependencies.graft]`, `[dev-dependencies.graft-otp]`
+            if let Some((t, key)) = name.rsplit_once('.') {
+                if t.ends_with("dependencies") {
+                    table_key = Some(key.trim_matches('"').to_string());
+                    let normal = !t.contains("dev-") && !t.contains("build-");
+                    let key = key.trim_matches('"').to_string();
+                    note(&key, &key, normal);
+                }
+            }
+            table = name;
+            continue;
+        }
+        if let Some(key) = &table_key {
+            if let Some(pkg) = package_of(line) {
+                let normal = !table.contains("dev-") && !table.contains("build-");
+                note(key, &pkg, normal);
+            }
+            continue;
+        }
+        if !table.ends_with("dependencies") {
+            continue;
+        }
+        let normal = !table.contains("dev-") && !table.contains("build-");
+        let Some((key, rest)) = line.split_once('=') else {
+            continue;
+        };
+        let key = key.trim();
+        let key = key
+            .split('.')
+            .next()
+            .unwrap_or(key)
+            .trim()
+            .trim_matches('"');
+        let package = package_of(rest).unwrap_or_else(|| key.to_string());
+        note(key, &package, normal);
+    }
+    match (graft, otp) {
+        (Some((key, true)), _) => format!("::{key}"),
+        (_, Some(otp)) => format!("::{otp}::graft"),
+        (Some((key, false)), None) => format!("::{key}"),
+        (None, None) => "::graft".to_string(),
+    }
+}
+
+/// The `package = "..."` of a dependency line, if it has one.
+fn package_of(text: &str) -> Option<String> {
+    let at = text.find("package")?;
+    let rest = text[at + "package".len()..]
+        .trim_start()
+        .strip_prefix('=')?;
+    let rest = rest.trim_start().strip_prefix('"')?;
+    Some(rest.split('"').next()?.to_string())
+}
+
+/// Replaces the leading `::graft` of every path in the generated code by
+/// `krate` (the expansion is written with `::graft`).
+fn retarget(ts: TokenStream2, krate: &TokenStream2) -> TokenStream2 {
+    use proc_macro2::{Group, TokenTree};
+    if krate.to_string().replace(' ', "") == "::graft" {
+        return ts;
+    }
+    let tokens: Vec<TokenTree> = ts.into_iter().collect();
+    let mut out = TokenStream2::new();
+    let mut i = 0;
+    while i < tokens.len() {
+        // `::graft` is three tokens: ':' (joint), ':' (alone), `graft`.
+        if let (Some(TokenTree::Punct(a)), Some(TokenTree::Punct(b)), Some(TokenTree::Ident(id))) =
+            (tokens.get(i), tokens.get(i + 1), tokens.get(i + 2))
+        {
+            // `a::graft::X` (a user's path in a field type) stays; after a
+            // keyword (`impl ::graft::..`, `as ::graft::..`) it is ours.
+            let preceded_by_path = i > 0
+                && matches!(&tokens[i - 1], TokenTree::Ident(p)
+                    if !is_keyword(&p.to_string()));
+            if a.as_char() == ':' && b.as_char() == ':' && id == "graft" && !preceded_by_path {
+                out.extend(krate.clone());
+                i += 3;
+                continue;
+            }
+        }
+        match &tokens[i] {
+            TokenTree::Group(g) => {
+                let mut ng = Group::new(g.delimiter(), retarget(g.stream(), krate));
+                ng.set_span(g.span());
+                out.extend([TokenTree::Group(ng)]);
+            }
+            t => out.extend([t.clone()]),
+        }
+        i += 1;
+    }
+    out
+}
+
+/// A keyword that may stand before a path starting with `::` (`crate`,
+/// `self`, `super` and `Self` start paths themselves: not here).
+fn is_keyword(word: &str) -> bool {
+    matches!(
+        word,
+        "as" | "box"
+            | "const"
+            | "dyn"
+            | "else"
+            | "for"
+            | "if"
+            | "impl"
+            | "in"
+            | "let"
+            | "match"
+            | "move"
+            | "mut"
+            | "pub"
+            | "ref"
+            | "return"
+            | "static"
+            | "type"
+            | "unsafe"
+            | "use"
+            | "where"
+            | "while"
+            | "yield"
+    )
 }
 
 /// One field: how to name it in text and descriptors, its type, its binding.
@@ -262,4 +468,32 @@ fn expand(mut input: DeriveInput) -> syn::Result<TokenStream2> {
             }
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::choose_path;
+
+    #[test]
+    fn retargets_only_the_leading_graft_paths() {
+        let ts =
+            quote::quote!(impl ::graft::A for T { fn f(_: &mut ::graft::B, _: my::graft::C) {} });
+        let out = super::retarget(ts, &quote::quote!(::kv::graft)).to_string();
+        assert_eq!(out.matches(":: kv :: graft :: A").count(), 1, "{out}");
+        assert_eq!(out.matches(":: kv :: graft :: B").count(), 1, "{out}");
+        assert!(out.contains("my :: graft :: C"), "{out}");
+    }
+
+    #[test]
+    fn picks_the_crate_from_the_manifest() {
+        let otp_only = "[package]\nname = \"kv\"\n[dependencies]\ngraft-otp = { path = \"../otp\" }\nlog = \"0.4\"\n";
+        assert_eq!(choose_path(otp_only), "::graft_otp::graft");
+        let both = "[dependencies]\ngraft.workspace = true\ngraft-otp.workspace = true\n";
+        assert_eq!(choose_path(both), "::graft");
+        let renamed = "[dependencies]\nactors = { package = \"graft-otp\", path = \"x\" }\n";
+        assert_eq!(choose_path(renamed), "::actors::graft");
+        let table = "[dependencies.graft-otp]\npath = \"x\"\n[dev-dependencies]\ngraft = \"*\"\n";
+        assert_eq!(choose_path(table), "::graft_otp::graft");
+        assert_eq!(choose_path("[package]\nname = \"x\"\n"), "::graft");
+    }
 }
