@@ -174,6 +174,8 @@ impl crate::Message for DistReply {}
 struct Peer {
     info: PeerInfo,
     sender: PeerSender,
+    /// Frames and bytes each way (observe.rs).
+    counters: std::sync::Arc<crate::observe::PeerCounters>,
 }
 
 /// What completes when a connection to a node is lost; each record names
@@ -237,6 +239,24 @@ impl Dist {
             .map(|p| (p.info.name.clone(), p.info.listen_addr))
     }
 
+    /// Per connected node: (name, address, counters, bytes queued).
+    pub(crate) fn peer_stats(
+        &self,
+    ) -> Vec<(String, SocketAddr, std::sync::Arc<crate::observe::PeerCounters>, usize)> {
+        self.peers
+            .read()
+            .values()
+            .map(|p| {
+                (
+                    p.info.name.clone(),
+                    p.info.listen_addr,
+                    p.counters.clone(),
+                    p.sender.queued_bytes(),
+                )
+            })
+            .collect()
+    }
+
     /// The creation of the connected incarnation of `node`.
     pub(crate) fn creation_of(&self, node: NodeId) -> Option<u32> {
         self.peers.read().get(&node).map(|p| p.info.creation)
@@ -264,6 +284,7 @@ impl Dist {
             .get(&node)
             .filter(|p| only.is_none() || only == Some(p.info.id))
             .ok_or(Error::NoConnection(node))?;
+        peer.counters.sent(payload.len());
         queue(&peer.sender, kind, payload).map_err(|_| Error::NoConnection(node))
     }
 
@@ -317,6 +338,7 @@ impl Dist {
         frame.extend_from_slice(&to.serial().to_le_bytes());
         frame.extend_from_slice(&desc.to_le_bytes());
         frame.extend_from_slice(bytes);
+        peer.counters.sent(frame.len());
         let _ = queue(&peer.sender, KIND_DELIVER, &frame);
     }
 
@@ -551,6 +573,7 @@ impl Handler for NetHandler {
             Peer {
                 info: peer.clone(),
                 sender,
+                counters: Default::default(),
             },
         );
         log::info!(
@@ -567,6 +590,9 @@ impl Handler for NetHandler {
     fn frame(&self, peer: &PeerInfo, kind: u8, payload: Vec<u8>) {
         let Some(n) = self.node.upgrade() else { return };
         let from = NodeId::from_name(&peer.name);
+        if let Some(p) = n.dist.peers.read().get(&from) {
+            p.counters.received(payload.len());
+        }
         match kind {
             KIND_DELIVER => on_deliver(&n, peer, payload),
             KIND_CTL => match graph::decode::<Ctl>(&payload) {

@@ -94,6 +94,10 @@ mod pid;
 mod process;
 mod sched;
 mod stack;
+mod stats;
+pub mod observe;
+pub mod observer;
+pub mod report;
 mod table;
 mod wakeup;
 

@@ -198,7 +198,13 @@ impl WorkerCtx {
                 self.current.set(std::ptr::null());
                 return;
             };
-            match coro.resume() {
+            // Accounting (stats.rs): two counter reads and plain stores.
+            let t0 = crate::stats::ticks();
+            let step = coro.resume();
+            let ran = crate::stats::ticks().wrapping_sub(t0);
+            p.acct.ran(ran);
+            self.node.stats.busy(self.index, ran);
+            match step {
                 Step::Suspended(Suspend::Park) => {
                     if p.state.park() {
                         break;

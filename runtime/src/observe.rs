@@ -1,0 +1,466 @@
+//! Looking into a running node: node statistics, the process list, process
+//! info of remote pids, and the hooks behaviours use to describe
+//! themselves.
+//!
+//! ```
+//! use graft::*;
+//! let node = Node::start(NodeConfig::new("127.0.0.1:0").workers(2)).unwrap();
+//! let s = node.run(|| observe::node_stats()).unwrap();
+//! assert_eq!(s.workers, 2);
+//! assert!(s.processes >= 1);
+//! node.shutdown();
+//! ```
+//!
+//! What each figure costs is in `stats.rs`: the per-run counters are two
+//! cycle-counter reads and plain stores per resume; everything here is
+//! computed when asked.
+
+use crate::api::ProcessInfo;
+use crate::error::Error;
+use crate::node::NodeShared;
+use crate::pid::{NodeId, Pid};
+use crate::process::state::Status;
+use crate::stats;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// Frames and bytes sent to and received from one connected node.
+#[derive(Debug, Default)]
+pub(crate) struct PeerCounters {
+    frames_in: AtomicU64,
+    bytes_in: AtomicU64,
+    frames_out: AtomicU64,
+    bytes_out: AtomicU64,
+}
+
+impl PeerCounters {
+    #[inline]
+    pub(crate) fn sent(&self, bytes: usize) {
+        self.frames_out.fetch_add(1, Relaxed);
+        self.bytes_out.fetch_add(bytes as u64, Relaxed);
+    }
+    #[inline]
+    pub(crate) fn received(&self, bytes: usize) {
+        self.frames_in.fetch_add(1, Relaxed);
+        self.bytes_in.fetch_add(bytes as u64, Relaxed);
+    }
+}
+
+/// Distribution counters of one connected node (frames and payload bytes).
+#[derive(Clone, Debug, PartialEq, crate::Mobile)]
+pub struct PeerStats {
+    /// The peer's node name.
+    pub name: String,
+    /// Its listen address.
+    pub addr: String,
+    /// Frames received from it.
+    pub frames_in: u64,
+    /// Payload bytes received from it.
+    pub bytes_in: u64,
+    /// Frames sent to it.
+    pub frames_out: u64,
+    /// Payload bytes sent to it.
+    pub bytes_out: u64,
+    /// Bytes waiting in its outbox now.
+    pub queued_bytes: u64,
+    /// Heartbeat round trip, where the transport measures it (not yet:
+    /// always `None`).
+    pub heartbeat_rtt_us: Option<u64>,
+}
+
+/// A node's statistics (Erlang's `statistics/1` and `erlang:system_info`
+/// figures that an operator looks at).
+#[derive(Clone, Debug, PartialEq, crate::Mobile)]
+pub struct NodeStats {
+    /// The node's name.
+    pub name: String,
+    /// Its id.
+    pub id: NodeId,
+    /// Its listen address.
+    pub addr: String,
+    /// Milliseconds since it started.
+    pub uptime_ms: u64,
+    /// Live processes.
+    pub processes: u64,
+    /// Scheduler threads.
+    pub workers: u64,
+    /// Runnable processes per worker (local queue, next-run slot, pinned).
+    pub run_queue: Vec<u64>,
+    /// Runnable processes in the global queue.
+    pub global_queue: u64,
+    /// Busy fraction per worker over the last sampling window (the
+    /// observer samples every second; without it, since the node started).
+    pub utilisation: Vec<f64>,
+    /// Bytes mapped for process stacks (guard pages included).
+    pub stacks_mapped: u64,
+    /// Of them, resident in memory.
+    pub stacks_resident: u64,
+    /// Messages waiting in all mailboxes.
+    pub mail_queued: u64,
+    /// Registered names.
+    pub registered: u64,
+    /// Supervisor restarts (see [`note_restart`]).
+    pub restarts: u64,
+    /// Processes that crashed (with a crash report, see
+    /// [`report`](crate::report)).
+    pub crashes: u64,
+    /// Workers handed to a spare thread by the system monitor (not measured
+    /// by this build: `None`).
+    pub spares_in_use: Option<u64>,
+    /// Connected nodes.
+    pub peers: Vec<PeerStats>,
+}
+
+/// One line of the process list (cheap to make for every process).
+#[derive(Clone, Debug, PartialEq, crate::Mobile)]
+pub struct ProcessSummary {
+    /// The process.
+    pub pid: Pid,
+    /// Its registered name.
+    pub name: Option<String>,
+    /// Its initial call (see [`ProcessInfo::initial_call`]).
+    pub initial_call: String,
+    /// What it is doing.
+    pub status: Status,
+    /// Messages waiting.
+    pub mailbox_len: u64,
+    /// Times it ran.
+    pub runs: u64,
+    /// Time it ran, in nanoseconds.
+    pub run_time_ns: u64,
+    /// Memory: stack bytes in use plus 64 bytes per queued message (an
+    /// estimate).
+    pub memory: u64,
+    /// Its parent.
+    pub parent: Option<Pid>,
+    /// Whether it is a supervisor.
+    pub is_supervisor: bool,
+}
+
+/// Labels the calling process for operators: shown as its initial call (a
+/// gen_server passes its type's name). Does nothing outside a process.
+///
+/// ```
+/// use graft::*;
+/// let node = Node::start(NodeConfig::new("127.0.0.1:0")).unwrap();
+/// node.run(|| {
+///     observe::set_initial_call("my_server");
+///     assert_eq!(process_info(self_pid()).unwrap().initial_call, "my_server");
+/// }).unwrap();
+/// ```
+pub fn set_initial_call(label: impl Into<String>) {
+    if let Some(p) = crate::context::process() {
+        p.meta.lock().label = Some(label.into());
+    }
+}
+
+/// Marks the calling process as a supervisor (the observer draws the
+/// processes it spawns as its children).
+pub fn mark_supervisor() {
+    if let Some(p) = crate::context::process() {
+        p.meta.lock().supervisor = true;
+    }
+}
+
+/// Counts one supervisor restart on this node (`graft_restarts_total`).
+pub fn note_restart() {
+    if let Some(w) = crate::context::worker() {
+        w.node.stats.restarts.fetch_add(1, Relaxed);
+    }
+}
+
+fn current_node() -> Result<&'static NodeShared, Error> {
+    crate::context::worker()
+        .map(|w| &*w.node)
+        .ok_or(Error::NotInProcess("observe"))
+}
+
+/// This node's statistics (inside a process; outside one, use
+/// [`Node::stats`](crate::Node::stats)).
+///
+/// # Panics
+///
+/// Outside a process.
+pub fn node_stats() -> NodeStats {
+    stats_of(current_node().expect("observe::node_stats outside a process"))
+}
+
+/// The statistics of `node` (this one, or a connected one).
+///
+/// # Errors
+///
+/// As [`call_on`](crate::call_on).
+pub fn node_stats_on(node: NodeId) -> Result<NodeStats, Error> {
+    let n = current_node()?;
+    if node == n.id {
+        return Ok(stats_of(n));
+    }
+    crate::call_on(node, (), |()| node_stats())
+}
+
+/// Every process of this node, one summary each.
+///
+/// # Panics
+///
+/// Outside a process.
+pub fn process_list() -> Vec<ProcessSummary> {
+    list_of(current_node().expect("observe::process_list outside a process"))
+}
+
+/// The process list of `node` (this one, or a connected one).
+///
+/// # Errors
+///
+/// As [`call_on`](crate::call_on).
+pub fn process_list_on(node: NodeId) -> Result<Vec<ProcessSummary>, Error> {
+    let n = current_node()?;
+    if node == n.id {
+        return Ok(list_of(n));
+    }
+    crate::call_on(node, (), |()| process_list())
+}
+
+/// [`process_info`](crate::process_info) of a pid on any connected node
+/// (`Ok(None)`: not alive).
+///
+/// # Errors
+///
+/// As [`call_on`](crate::call_on).
+///
+/// ```
+/// use graft::*;
+/// let node = Node::start(NodeConfig::new("127.0.0.1:0")).unwrap();
+/// node.run(|| {
+///     let info = observe::process_info_on(self_pid()).unwrap().unwrap();
+///     assert_eq!(info.pid, self_pid());
+/// }).unwrap();
+/// ```
+pub fn process_info_on(pid: Pid) -> Result<Option<ProcessInfo>, Error> {
+    let n = current_node()?;
+    if n.is_local(pid) {
+        return Ok(info_of(n, pid));
+    }
+    crate::call_on(pid.node(), pid, crate::process_info)
+}
+
+/// Per worker, `(busy_ns, total_ns)` since the node started (Erlang's
+/// `statistics(scheduler_wall_time)`): take two readings and divide the
+/// differences for the utilisation over that window.
+///
+/// # Panics
+///
+/// Outside a process.
+pub fn scheduler_wall_time() -> Vec<(u64, u64)> {
+    let n = current_node().expect("observe::scheduler_wall_time outside a process");
+    wall_time_of(n)
+}
+
+pub(crate) fn wall_time_of(n: &NodeShared) -> Vec<(u64, u64)> {
+    let total = n.stats.started.elapsed().as_nanos() as u64;
+    n.stats
+        .busy_ticks()
+        .into_iter()
+        .map(|b| (stats::ticks_to_ns(b).min(total), total))
+        .collect()
+}
+
+/// Utilisation history: (seconds ago, busy fraction per worker), oldest
+/// first, from the observer's samples (one a second, while it runs).
+pub(crate) fn history_of(n: &NodeShared) -> Vec<(f64, Vec<f64>)> {
+    let s = n.stats.samples.lock();
+    let now = std::time::Instant::now();
+    s.iter()
+        .zip(s.iter().skip(1))
+        .map(|(a, b)| {
+            (
+                now.duration_since(b.0).as_secs_f64(),
+                stats::NodeStats::utilisation((a.1, &a.2), (b.1, &b.2)),
+            )
+        })
+        .collect()
+}
+
+pub(crate) fn stats_of(n: &NodeShared) -> NodeStats {
+    let sched = &n.sched;
+    let workers = sched.workers();
+    let run_queue = (0..workers)
+        .map(|i| {
+            (sched.stealers[i].len()
+                + usize::from(sched.lifo[i].is_occupied())
+                + sched.pinned_len[i].load(crate::loom::Ordering::Relaxed)) as u64
+        })
+        .collect();
+    let utilisation = {
+        let s = n.stats.samples.lock();
+        match (s.len().checked_sub(2).map(|i| &s[i]), s.back()) {
+            (Some(a), Some(b)) => stats::NodeStats::utilisation((a.1, &a.2), (b.1, &b.2)),
+            _ => {
+                drop(s);
+                wall_time_of(n)
+                    .into_iter()
+                    .map(|(b, t)| b as f64 / t.max(1) as f64)
+                    .collect()
+            }
+        }
+    };
+    let mut mail = 0u64;
+    let mut processes = 0u64;
+    n.table.for_each(|p| {
+        processes += 1;
+        mail += p.mailbox.len() as u64;
+    });
+    let (mapped, resident) = n.stacks.mapped(true);
+    let peers = n
+        .dist
+        .peer_stats()
+        .into_iter()
+        .map(|(name, addr, c, queued)| PeerStats {
+            name,
+            addr: addr.to_string(),
+            frames_in: c.frames_in.load(Relaxed),
+            bytes_in: c.bytes_in.load(Relaxed),
+            frames_out: c.frames_out.load(Relaxed),
+            bytes_out: c.bytes_out.load(Relaxed),
+            queued_bytes: queued as u64,
+            heartbeat_rtt_us: None,
+        })
+        .collect();
+    NodeStats {
+        name: n.name.clone(),
+        id: n.id,
+        addr: n
+            .dist
+            .transport()
+            .map(|t| t.local_addr().to_string())
+            .unwrap_or_default(),
+        uptime_ms: n.stats.started.elapsed().as_millis() as u64,
+        processes,
+        workers: workers as u64,
+        run_queue,
+        global_queue: sched.injector.len() as u64,
+        utilisation,
+        stacks_mapped: mapped as u64,
+        stacks_resident: resident as u64,
+        mail_queued: mail,
+        registered: n.registry.names().len() as u64,
+        restarts: n.stats.restarts.load(Relaxed),
+        crashes: n.stats.crashes.load(Relaxed),
+        spares_in_use: None,
+        peers,
+    }
+}
+
+pub(crate) fn list_of(n: &NodeShared) -> Vec<ProcessSummary> {
+    let mut v = Vec::with_capacity(n.live().max(0));
+    let ns = ns_per_tick_now();
+    n.table.for_each(|p| {
+        let (name, label, sup) = {
+            let m = p.meta.lock();
+            (m.name.clone(), m.label.clone(), m.supervisor)
+        };
+        let mailbox_len = p.mailbox.len() as u64;
+        v.push(ProcessSummary {
+            pid: p.pid,
+            name,
+            initial_call: label.unwrap_or_else(|| p.acct.spawned_at.to_string()),
+            status: p.state.status(),
+            mailbox_len,
+            runs: stats::load(&p.acct.runs),
+            run_time_ns: (stats::load(&p.acct.run_ticks) as f64 * ns) as u64,
+            memory: stats::stack_in_use(p) as u64 + 64 * mailbox_len,
+            parent: p.acct.parent,
+            is_supervisor: sup,
+        });
+    });
+    v.sort_by_key(|s| s.pid);
+    v
+}
+
+fn ns_per_tick_now() -> f64 {
+    let big = 1u64 << 40;
+    stats::ticks_to_ns(big) as f64 / big as f64
+}
+
+pub(crate) fn info_of(n: &NodeShared, pid: Pid) -> Option<ProcessInfo> {
+    // Another node's, or an earlier incarnation's of this node (dead).
+    if !n.is_ours(pid) {
+        return None;
+    }
+    let p = n.table.get(pid.serial())?;
+    let (registered_name, links, monitored_by, trap_exits, label, is_supervisor) = {
+        let m = p.meta.lock();
+        (
+            m.name.clone(),
+            m.links.as_slice().to_vec(),
+            m.watchers.iter().map(|(_, w)| *w).collect::<Vec<_>>(),
+            m.trap_exits,
+            m.label.clone(),
+            m.supervisor,
+        )
+    };
+    let ancestors = stats::ancestors(n, &p);
+    let supervisor = ancestors.iter().copied().find(|a| {
+        n.is_ours(*a)
+            && n.table
+                .with(a.serial(), |q| q.meta.lock().supervisor)
+                .unwrap_or(false)
+    });
+    // Whom it monitors: the processes whose watchers name it.
+    let mut monitors = Vec::new();
+    n.table.for_each(|q| {
+        if q.meta.lock().watchers.iter().any(|(_, w)| *w == pid) {
+            monitors.push(q.pid);
+        }
+    });
+    monitors.sort();
+    let me = crate::context::process().is_some_and(|c| c.pid == pid);
+    let stack_in_use = if me {
+        stats::own_stack_in_use(&p)
+    } else {
+        stats::stack_in_use(&p)
+    };
+    Some(ProcessInfo {
+        pid,
+        status: p.state.status(),
+        mailbox_len: p.mailbox.len(),
+        registered_name,
+        links,
+        monitored_by,
+        trap_exits,
+        initial_call: label.unwrap_or_else(|| p.acct.spawned_at.to_string()),
+        spawned_at: p.acct.spawned_at.to_string(),
+        parent: p.acct.parent,
+        ancestors,
+        supervisor,
+        is_supervisor,
+        monitors,
+        runs: stats::load(&p.acct.runs),
+        run_time_ns: stats::ticks_to_ns(stats::load(&p.acct.run_ticks)),
+        stack_size: u64::from(p.guard.size),
+        stack_in_use: stack_in_use as u64,
+        stack_high_water: (stats::stack_high_water(p.guard) as u64).max(stack_in_use as u64),
+    })
+}
+
+impl crate::Node {
+    /// This node's statistics, from any thread.
+    ///
+    /// ```
+    /// let node = graft::Node::start(graft::NodeConfig::new("127.0.0.1:0")).unwrap();
+    /// assert_eq!(node.stats().name, node.name());
+    /// node.shutdown();
+    /// ```
+    pub fn stats(&self) -> NodeStats {
+        stats_of(self.shared())
+    }
+
+    /// This node's process list, from any thread.
+    pub fn process_list(&self) -> Vec<ProcessSummary> {
+        list_of(self.shared())
+    }
+
+    /// [`process_info`](crate::process_info) of a process of this node, from
+    /// any thread.
+    pub fn process_info(&self, pid: Pid) -> Option<ProcessInfo> {
+        info_of(self.shared(), pid)
+    }
+}
