@@ -67,6 +67,9 @@ fn suspend_current(me: &Process, why: Suspend) {
     let y = unsafe { me.local().yielder.expect("a running process has a yielder") };
     let here = 0u8;
     me.note_parked_sp(std::ptr::addr_of!(here) as usize);
+    // For `process_info`'s mailbox length (messages its receives skipped).
+    // SAFETY: `me` is the running process.
+    me.acct.note_saved(unsafe { me.local() }.saved.len());
     // SAFETY: as above.
     suspend(unsafe { y.as_ref() }, why);
 }
@@ -765,7 +768,8 @@ pub struct ProcessInfo {
     pub pid: Pid,
     /// What it is doing.
     pub status: Status,
-    /// Messages waiting (not yet taken into its private queue).
+    /// Messages waiting: in its mailbox, and those its receives skipped so
+    /// far (as of its last suspend).
     pub mailbox_len: usize,
     /// Its registered name.
     pub registered_name: Option<String>,

@@ -306,7 +306,7 @@ pub(crate) fn stats_of(n: &NodeShared) -> NodeStats {
     let mut processes = 0u64;
     n.table.for_each(|p| {
         processes += 1;
-        mail += p.mailbox.len() as u64;
+        mail += stats::Acct::queued(p) as u64;
     });
     let (mapped, resident) = n.stacks.mapped(true);
     let peers = n
@@ -357,7 +357,7 @@ pub(crate) fn list_of(n: &NodeShared) -> Vec<ProcessSummary> {
             let m = p.meta.lock();
             (m.name.clone(), m.label.clone(), m.supervisor)
         };
-        let mailbox_len = p.mailbox.len() as u64;
+        let mailbox_len = stats::Acct::queued(p) as u64;
         v.push(ProcessSummary {
             pid: p.pid,
             name,
@@ -421,7 +421,7 @@ pub(crate) fn info_of(n: &NodeShared, pid: Pid) -> Option<ProcessInfo> {
     Some(ProcessInfo {
         pid,
         status: p.state.status(),
-        mailbox_len: p.mailbox.len(),
+        mailbox_len: stats::Acct::queued(&p),
         registered_name,
         links,
         monitored_by,

@@ -89,8 +89,9 @@ impl log::Log for StderrLogger {
         let mut out = format!("={kind}==== {} UTC ===\n", clock());
         out.push_str(&msg);
         out.push('\n');
-        // One write per report, so reports from several threads never mix.
-        let _ = std::io::stderr().lock().write_all(out.as_bytes());
+        // One locked write per report, so reports from several threads
+        // never mix (`eprint!`: a test harness captures it).
+        eprint!("{out}");
     }
 
     fn flush(&self) {

@@ -88,7 +88,11 @@ impl WorkerCtx {
                 }
                 None => {
                     lifo_budget = LIFO_BUDGET;
-                    match self.find_work().or_else(|| self.wait_for_work()) {
+                    match self.find_work().or_else(|| {
+                        let found = self.wait_for_work();
+                        self.node.stats.idle_ended(self.index);
+                        found
+                    }) {
                         Some(p) => p,
                         None => continue, // stop requested, or woken: look again
                     }
@@ -198,12 +202,9 @@ impl WorkerCtx {
                 self.current.set(std::ptr::null());
                 return;
             };
-            // Accounting (stats.rs): two counter reads and plain stores.
-            let t0 = crate::stats::ticks();
             let step = coro.resume();
-            let ran = crate::stats::ticks().wrapping_sub(t0);
-            p.acct.ran(ran);
-            self.node.stats.busy(self.index, ran);
+            // Accounting (stats.rs): one counter read, plain stores.
+            p.acct.ran(self.node.stats.lap(self.index));
             match step {
                 Step::Suspended(Suspend::Park) => {
                     if p.state.park() {
