@@ -150,6 +150,13 @@ pub trait GenServer: Send + 'static {
     fn terminate(&mut self, reason: &ExitReason) {
         let _ = reason;
     }
+
+    /// The state as [`sys::get_state`](crate::sys::get_state) and the
+    /// observer show it. The default shows nothing (only the type's name);
+    /// a `Debug` server returns [`sys::debug`](crate::sys::debug)`(self)`.
+    fn format_status(&self) -> Option<String> {
+        None
+    }
 }
 
 /// What [`GenServer::handle_call`] decided.
@@ -1059,6 +1066,7 @@ enum Event<S: GenServer> {
     Remote(RemoteRequest),
     ParentExit(ExitReason),
     Info(Unknown),
+    Sys(graft::observe::SysRequest),
 }
 
 /// Turns a request from another node into the local envelope (decoding its
@@ -1094,9 +1102,11 @@ fn remote_to_local<S: GenServer>(r: RemoteRequest) -> Option<RequestOf<S>> {
 /// The server loop: receive, dispatch, until a callback stops it; then
 /// `terminate` and the pending reply. Returns the exit reason.
 fn serve<S: GenServer>(server: &mut S, parent: Option<Pid>) -> ExitReason {
+    crate::sys::enter::<S>();
     let (reason, pending) = loop {
         let event = receive()
             .on(|m: RequestOf<S>| Event::<S>::Request(m))
+            .on(|m: graft::observe::SysRequest| Event::Sys(m))
             .on(|m: RemoteRequest| Event::Remote(m))
             .when(
                 move |s: &ExitSignal| Some(s.from) == parent,
@@ -1113,6 +1123,10 @@ fn serve<S: GenServer>(server: &mut S, parent: Option<Pid>) -> ExitReason {
         };
         let flow = match event {
             Event::Remote(_) => continue,
+            Event::Sys(m) => {
+                crate::sys::handle(server, m);
+                continue;
+            }
             Event::Request(Request::Call { req, from }) => {
                 match guarded(|| server.handle_call(req, &from)) {
                     Ok(CallResult::Reply(r)) => {

@@ -64,5 +64,6 @@
 pub mod gen_server;
 pub mod prelude;
 pub mod supervisor;
+pub mod sys;
 
 pub use graft;

@@ -23,6 +23,7 @@
 pub use crate::gen_server::{
     self, CallError, CallResult, Flow, GenServer, ReplyTo, Server, StartError,
 };
+pub use crate::sys;
 pub use crate::supervisor::{
     self, ChildKind, ChildSpec, DynamicSupervisor, Restart, Shutdown, Strategy, Supervisor,
 };

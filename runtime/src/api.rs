@@ -335,6 +335,9 @@ pub fn send<M: Message>(to: Pid, msg: M) {
         log::warn!("graft: send to {to} outside a process: message dropped");
         return;
     };
+    if crate::observe::tracing() {
+        crate::observe::trace_sent(to, std::any::type_name::<M>());
+    }
     if !w.node.is_local(to) {
         if let Some(mail) = w.node.mail_for(to, msg) {
             w.node.deliver(to, mail);

@@ -153,11 +153,21 @@ pub fn set_initial_call(label: impl Into<String>) {
     }
 }
 
+/// [`set_initial_call`] unless the process has a label already (a
+/// behaviour's loop calls this; a label its callbacks set stays).
+pub fn default_initial_call(label: impl FnOnce() -> String) {
+    if let Some(p) = crate::context::process() {
+        p.meta.lock().label.get_or_insert_with(label);
+    }
+}
+
 /// Marks the calling process as a supervisor (the observer draws the
 /// processes it spawns as its children).
 pub fn mark_supervisor() {
     if let Some(p) = crate::context::process() {
-        p.meta.lock().supervisor = true;
+        let mut m = p.meta.lock();
+        m.supervisor = true;
+        m.label.get_or_insert_with(|| "supervisor".to_string());
     }
 }
 
@@ -165,6 +175,80 @@ pub fn mark_supervisor() {
 pub fn note_restart() {
     if let Some(w) = crate::context::worker() {
         w.node.stats.restarts.fetch_add(1, Relaxed);
+    }
+}
+
+/// Processes traced now, on all nodes of this OS process: the send and
+/// receive paths look at this one word and nothing else while it is 0.
+static TRACED: AtomicU64 = AtomicU64::new(0);
+
+/// Whether any process is traced (the hot paths' check).
+#[inline(always)]
+pub(crate) fn tracing() -> bool {
+    TRACED.load(Relaxed) != 0
+}
+
+fn traced_self() -> Option<Pid> {
+    let p = crate::context::process()?;
+    p.acct.traced.load(Relaxed).then_some(p.pid)
+}
+
+pub(crate) fn trace_received(what: &str) {
+    if let Some(me) = traced_self() {
+        log::info!(target: "graft::trace", "trace {me}: received {what}");
+    }
+}
+
+pub(crate) fn trace_sent(to: Pid, what: &str) {
+    if let Some(me) = traced_self() {
+        log::info!(target: "graft::trace", "trace {me}: sent {what} to {to}");
+    }
+}
+
+/// Turns message tracing of a process on this node on or off (Erlang's
+/// `erlang:trace(Pid, true, [send, 'receive'])`): each message it takes
+/// with a receive and each message it sends is logged (`info`, target
+/// `graft::trace`; the default logger shows them) with its type. `false` if
+/// the process is not alive here. [`sys::trace`] in graft-otp does this for
+/// a gen_server on any node.
+///
+/// [`sys::trace`]: https://docs.rs/graft-otp
+///
+/// ```
+/// use graft::*;
+/// let node = Node::start(NodeConfig::new("127.0.0.1:0")).unwrap();
+/// node.run(|| {
+///     assert!(observe::trace(self_pid(), true));
+///     send(self_pid(), 1u8); // logged: sent u8, received u8
+///     expect::<u8>();
+///     assert!(observe::trace(self_pid(), false));
+/// }).unwrap();
+/// ```
+pub fn trace(pid: Pid, on: bool) -> bool {
+    let Ok(n) = current_node() else { return false };
+    if !n.is_ours(pid) {
+        return false;
+    }
+    n.table
+        .with(pid.serial(), |p| {
+            let was = p.acct.traced.swap(on, Relaxed);
+            match (was, on) {
+                (false, true) => {
+                    TRACED.fetch_add(1, Relaxed);
+                }
+                (true, false) => {
+                    TRACED.fetch_sub(1, Relaxed);
+                }
+                _ => {}
+            }
+        })
+        .is_some()
+}
+
+/// A traced process ended: it no longer counts.
+pub(crate) fn untrace_exited(p: &crate::process::Process) {
+    if p.acct.traced.swap(false, Relaxed) {
+        TRACED.fetch_sub(1, Relaxed);
     }
 }
 
@@ -462,5 +546,90 @@ impl crate::Node {
     /// any thread.
     pub fn process_info(&self, pid: Pid) -> Option<ProcessInfo> {
         info_of(self.shared(), pid)
+    }
+}
+
+/// What [`sys_call`] asks of a behaviour process (the `sys` protocol;
+/// graft-otp's gen_server and supervisor answer it, see its `sys` module).
+#[derive(Clone, Debug, PartialEq, Eq, crate::Mobile)]
+pub enum SysOp {
+    /// Its state, formatted (the server's `format_status`).
+    GetState,
+    /// Stop handling anything but sys requests until [`SysOp::Resume`].
+    Suspend,
+    /// Handle messages again.
+    Resume,
+    /// Run the state replacement registered under the request's tag (local
+    /// only: the replacement is a closure).
+    Replace,
+}
+
+/// A sys request: `op`, answered to `from` with a [`SysReply`] tagged `tag`.
+#[derive(Clone, Debug, crate::Mobile)]
+pub struct SysRequest {
+    /// What is asked.
+    pub op: SysOp,
+    /// Who asks.
+    pub from: Pid,
+    /// The answer's tag.
+    pub tag: crate::MonitorRef,
+}
+
+/// The answer to a [`SysRequest`].
+#[derive(Clone, Debug, crate::Mobile)]
+pub struct SysReply {
+    /// The request's tag.
+    pub tag: crate::MonitorRef,
+    /// The formatted state (or `"ok"`), or why not.
+    pub result: Result<String, String>,
+}
+
+/// Asks `pid` (on any node) a sys request and waits up to `timeout` for the
+/// answer. A process that does not speak the protocol (not a behaviour)
+/// never answers: `Err(Error::Timeout)`.
+///
+/// # Errors
+///
+/// `Error::Timeout`; `Error::Exited(reason)` if it dies first (`NoProc`:
+/// it was not alive); `Error::Remote(why)` if it refused.
+pub fn sys_call(pid: Pid, op: SysOp, timeout: std::time::Duration) -> Result<String, Error> {
+    let tag = crate::make_ref();
+    sys_call_tagged(pid, op, tag, timeout)
+}
+
+/// [`sys_call`] with a tag the caller chose (for [`SysOp::Replace`]).
+///
+/// # Errors
+///
+/// As [`sys_call`].
+pub fn sys_call_tagged(
+    pid: Pid,
+    op: SysOp,
+    tag: crate::MonitorRef,
+    timeout: std::time::Duration,
+) -> Result<String, Error> {
+    let m = crate::monitor(pid);
+    crate::send(
+        pid,
+        SysRequest {
+            op,
+            from: crate::self_pid(),
+            tag,
+        },
+    );
+    let got = crate::receive()
+        .when(move |r: &SysReply| r.tag == tag, |r: SysReply| Some(Ok(r.result)))
+        .when(
+            move |d: &crate::ProcessDied| d.monitor == m,
+            |d: crate::ProcessDied| Some(Err(d.reason)),
+        )
+        .timeout(timeout)
+        .flatten();
+    crate::demonitor_flush(m);
+    match got {
+        Some(Ok(Ok(s))) => Ok(s),
+        Some(Ok(Err(why))) => Err(Error::Remote(why)),
+        Some(Err(reason)) => Err(Error::Exited(reason)),
+        None => Err(Error::Timeout),
     }
 }

@@ -57,7 +57,13 @@ pub struct StderrLogger;
 
 /// `info` records from these targets are shown too (restarts, nodes up and
 /// down).
-const INFO_TARGETS: [&str; 3] = ["graft_otp::supervisor", "graft::dist", "graft::report"];
+const INFO_TARGETS: [&str; 5] = [
+    "graft_otp::supervisor",
+    "graft_otp::sys",
+    "graft::dist",
+    "graft::report",
+    "graft::trace",
+];
 
 impl log::Log for StderrLogger {
     fn enabled(&self, md: &log::Metadata<'_>) -> bool {
@@ -77,6 +83,8 @@ impl log::Log for StderrLogger {
             "CRASH REPORT"
         } else if record.target().starts_with("graft_otp::supervisor") {
             "SUPERVISOR REPORT"
+        } else if record.target() == "graft::trace" {
+            "TRACE"
         } else if record.target() == "graft::dist" && record.level() == log::Level::Info {
             "NODE REPORT"
         } else {
@@ -155,6 +163,7 @@ fn is_crash(reason: &ExitReason) -> bool {
 /// Process `p` ended with `reason` (called by `NodeShared::finish`, before
 /// its name and table entry go).
 pub(crate) fn on_exit(n: &NodeShared, p: &Process, reason: &ExitReason) {
+    crate::observe::untrace_exited(p);
     if !is_crash(reason)
         || p.acct
             .signalled

@@ -111,6 +111,8 @@ pub(crate) struct Acct {
     /// Messages in its private queue (skipped by receives) when it last
     /// suspended.
     pub(crate) saved: AtomicUsize,
+    /// Its sends and receives are logged (`observe::trace`).
+    pub(crate) traced: AtomicBool,
 }
 
 impl Default for Acct {
@@ -129,6 +131,7 @@ impl Acct {
             run_ticks: AtomicU64::new(0),
             signalled: AtomicBool::new(false),
             saved: AtomicUsize::new(0),
+            traced: AtomicBool::new(false),
         }
     }
 
