@@ -98,4 +98,5 @@ impl NodeArgs {
 }
 
 pub mod microsync;
+pub mod top;
 pub mod work_pool;

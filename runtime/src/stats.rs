@@ -166,7 +166,9 @@ pub(crate) struct NodeStats {
     pub(crate) restarts: AtomicU64,
     /// Processes that crashed (reported).
     pub(crate) crashes: AtomicU64,
-    /// Utilisation samples: (time, busy ticks per worker), newest last.
+    /// Where the web observer listens, once it does.
+    pub(crate) observer: OnceLock<std::net::SocketAddr>,
+    /// Utilisation samples: (time, ticks, busy ticks per worker), newest last.
     pub(crate) samples: parking_lot::Mutex<std::collections::VecDeque<(Instant, u64, Vec<u64>)>>,
 }
 
@@ -183,6 +185,7 @@ impl NodeStats {
                 .collect(),
             restarts: AtomicU64::new(0),
             crashes: AtomicU64::new(0),
+            observer: OnceLock::new(),
             samples: parking_lot::Mutex::new(std::collections::VecDeque::new()),
         }
     }
