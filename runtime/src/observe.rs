@@ -373,6 +373,9 @@ pub(crate) fn stats_of(n: &NodeShared) -> NodeStats {
                 + sched.pinned_len[i].load(crate::loom::Ordering::Relaxed)) as u64
         })
         .collect();
+    // Each ask is a sample too: a node whose statistics another node's
+    // observer polls gets a utilisation history without a clock of its own.
+    n.stats.sample(crate::observer::SAMPLES);
     let utilisation = {
         let s = n.stats.samples.lock();
         match (s.len().checked_sub(2).map(|i| &s[i]), s.back()) {

@@ -92,7 +92,7 @@ impl crate::Node {
 /// Serving threads.
 const THREADS: usize = 2;
 /// Utilisation samples kept (one a second: five minutes).
-const SAMPLES: usize = 300;
+pub(crate) const SAMPLES: usize = 300;
 
 pub(crate) fn start(n: &Arc<NodeShared>, cfg: &ObserverConfig) -> std::io::Result<()> {
     let server = tiny_http::Server::http(&cfg.addr)

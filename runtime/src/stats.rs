@@ -229,6 +229,11 @@ impl NodeStats {
     pub(crate) fn sample(&self, keep: usize) {
         let now = (Instant::now(), ticks(), self.busy_ticks());
         let mut s = self.samples.lock();
+        // Several askers (the observer's clock, remote observers asking
+        // for statistics): keep samples at least half a second apart.
+        if s.back().is_some_and(|b| now.0.duration_since(b.0) < std::time::Duration::from_millis(500)) {
+            return;
+        }
         s.push_back(now);
         while s.len() > keep {
             s.pop_front();
