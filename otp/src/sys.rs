@@ -163,7 +163,7 @@ pub struct Statistics {
 ///
 /// For a remote pid, as [`graft::call_on`].
 pub fn statistics(pid: Pid) -> Result<Option<Statistics>, Error> {
-    Ok(observe::process_info_on(pid)?.map(|i| Statistics {
+    Ok(observe::process_info_full(pid)?.map(|i| Statistics {
         runs: i.runs,
         run_time_ns: i.run_time_ns,
         mailbox_len: i.mailbox_len,

@@ -796,7 +796,9 @@ pub struct ProcessInfo {
     pub supervisor: Option<Pid>,
     /// Whether it is a supervisor itself.
     pub is_supervisor: bool,
-    /// Processes it monitors (on this node).
+    /// Processes it monitors (on this node). Filled by
+    /// [`observe::process_info_full`](crate::observe::process_info_full)
+    /// (a scan of the table); empty from `process_info`.
     pub monitors: Vec<Pid>,
     /// Times it was resumed (graft's reductions).
     pub runs: u64,
@@ -807,11 +809,16 @@ pub struct ProcessInfo {
     /// Stack bytes in use when it last suspended.
     pub stack_in_use: u64,
     /// Deepest use of its stack (resident pages; a pooled stack may show an
-    /// earlier owner's depth: an upper bound).
+    /// earlier owner's depth: an upper bound). Filled by
+    /// [`observe::process_info_full`](crate::observe::process_info_full)
+    /// (one `mincore` call); 0 from `process_info`.
     pub stack_high_water: u64,
 }
 
-/// What `pid` is doing; `None` if it is not alive on this node.
+/// What `pid` is doing; `None` if it is not alive on this node. Cheap
+/// enough to poll; [`observe::process_info_full`](crate::observe::process_info_full)
+/// adds the costly fields, [`observe::process_info_on`](crate::observe::process_info_on)
+/// asks another node.
 ///
 /// ```
 /// use graft::*;

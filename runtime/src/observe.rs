@@ -467,6 +467,55 @@ fn ns_per_tick_now() -> f64 {
     stats::ticks_to_ns(big) as f64 / big as f64
 }
 
+/// [`process_info`](crate::process_info) with the two costly fields filled
+/// too: `monitors` (a scan of every process's watchers) and
+/// `stack_high_water` (a `mincore` call). For any pid of a connected node.
+///
+/// # Errors
+///
+/// As [`call_on`](crate::call_on).
+///
+/// ```
+/// use graft::*;
+/// let node = Node::start(NodeConfig::new("127.0.0.1:0")).unwrap();
+/// node.run(|| {
+///     let p = spawn(|| { expect::<()>(); });
+///     let _m = monitor(p);
+///     let me = observe::process_info_full(self_pid()).unwrap().unwrap();
+///     assert_eq!(me.monitors, vec![p]);
+///     assert!(me.stack_high_water > 0);
+///     send(p, ());
+/// }).unwrap();
+/// ```
+pub fn process_info_full(pid: Pid) -> Result<Option<ProcessInfo>, Error> {
+    let n = current_node()?;
+    if n.is_local(pid) {
+        return Ok(full_info_of(n, pid));
+    }
+    crate::call_on(pid.node(), pid, |pid| {
+        process_info_full(pid).ok().flatten()
+    })
+}
+
+/// [`info_of`] plus the costly fields.
+pub(crate) fn full_info_of(n: &NodeShared, pid: Pid) -> Option<ProcessInfo> {
+    let mut info = info_of(n, pid)?;
+    let mut monitors = Vec::new();
+    n.table.for_each(|q| {
+        if q.meta.lock().watchers.iter().any(|(_, w)| *w == pid) {
+            monitors.push(q.pid);
+        }
+    });
+    monitors.sort();
+    info.monitors = monitors;
+    if let Some(p) = n.table.get(pid.serial()) {
+        info.stack_high_water = (stats::stack_high_water(p.guard) as u64).max(info.stack_in_use);
+    }
+    Some(info)
+}
+
+/// The cheap part of `process_info` (it is called in loops: a status poll
+/// must not scan the table).
 pub(crate) fn info_of(n: &NodeShared, pid: Pid) -> Option<ProcessInfo> {
     // Another node's, or an earlier incarnation's of this node (dead).
     if !n.is_ours(pid) {
@@ -491,14 +540,6 @@ pub(crate) fn info_of(n: &NodeShared, pid: Pid) -> Option<ProcessInfo> {
                 .with(a.serial(), |q| q.meta.lock().supervisor)
                 .unwrap_or(false)
     });
-    // Whom it monitors: the processes whose watchers name it.
-    let mut monitors = Vec::new();
-    n.table.for_each(|q| {
-        if q.meta.lock().watchers.iter().any(|(_, w)| *w == pid) {
-            monitors.push(q.pid);
-        }
-    });
-    monitors.sort();
     let me = crate::context::process().is_some_and(|c| c.pid == pid);
     let stack_in_use = if me {
         stats::own_stack_in_use(&p)
@@ -519,12 +560,12 @@ pub(crate) fn info_of(n: &NodeShared, pid: Pid) -> Option<ProcessInfo> {
         ancestors,
         supervisor,
         is_supervisor,
-        monitors,
+        monitors: Vec::new(),
         runs: stats::load(&p.acct.runs),
         run_time_ns: stats::ticks_to_ns(stats::load(&p.acct.run_ticks)),
         stack_size: u64::from(p.guard.size),
         stack_in_use: stack_in_use as u64,
-        stack_high_water: (stats::stack_high_water(p.guard) as u64).max(stack_in_use as u64),
+        stack_high_water: 0,
     })
 }
 
@@ -545,10 +586,10 @@ impl crate::Node {
         list_of(self.shared())
     }
 
-    /// [`process_info`](crate::process_info) of a process of this node, from
-    /// any thread.
+    /// [`observe::process_info_full`](process_info_full) of a process of
+    /// this node, from any thread.
     pub fn process_info(&self, pid: Pid) -> Option<ProcessInfo> {
-        info_of(self.shared(), pid)
+        full_info_of(self.shared(), pid)
     }
 }
 

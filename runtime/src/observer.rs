@@ -267,7 +267,7 @@ fn node_view(n: &NodeShared, id: NodeId) -> Option<NodeView> {
 
 fn process_view(n: &NodeShared, pid: Pid) -> Option<(ProcessInfo, Option<String>)> {
     in_process(n, move || {
-        let info = observe::process_info_on(pid).ok()??;
+        let info = observe::process_info_full(pid).ok()??;
         let behaviour = info.is_supervisor || info.initial_call.starts_with("gen_server");
         let state = behaviour.then(|| {
             match observe::sys_call(pid, observe::SysOp::GetState, Duration::from_secs(1)) {

@@ -49,7 +49,8 @@ fn mailbox_length_status_name_links_monitors_and_lineage() {
         assert!(info.stack_in_use > 0 && info.stack_in_use < info.stack_size, "{info:?}");
         assert!(info.runs >= 1);
         // Whom we monitor: p.
-        let mine = process_info(me).unwrap();
+        assert!(process_info(me).unwrap().monitors.is_empty(), "not scanned");
+        let mine = observe::process_info_full(me).unwrap().unwrap();
         assert_eq!(mine.monitors, vec![p]);
         assert_eq!(mine.status, Status::Running);
         demonitor(r);
@@ -122,10 +123,10 @@ fn the_stack_high_water_mark_grows_with_recursion() {
             .unwrap();
         send(p, 16u32);
         assert_eq!(expect::<u32>(), 16);
-        let shallow = process_info(p).unwrap().stack_high_water;
+        let shallow = observe::process_info_full(p).unwrap().unwrap().stack_high_water;
         send(p, 600u32);
         assert_eq!(expect::<u32>(), 600);
-        let deep = process_info(p).unwrap();
+        let deep = observe::process_info_full(p).unwrap().unwrap();
         assert!(deep.stack_high_water >= 600 * 1024, "{deep:?}");
         assert!(deep.stack_high_water > shallow + 400 * 1024, "{shallow} {deep:?}");
         // Back at the top of its loop: far less in use than the mark.
