@@ -105,10 +105,8 @@ pub fn run(args: &NodeArgs) -> i32 {
         let mut before: HashMap<Pid, u64> = HashMap::new();
         let mut n = 0u64;
         loop {
-            let (stats, list) = match (
-                observe::node_stats_on(peer),
-                observe::process_list_on(peer),
-            ) {
+            let (stats, list) = match (observe::node_stats_on(peer), observe::process_list_on(peer))
+            {
                 (Ok(s), Ok(l)) => (s, l),
                 (Err(e), _) | (_, Err(e)) => {
                     eprintln!("graft-node top: {e}");

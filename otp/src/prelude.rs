@@ -23,10 +23,10 @@
 pub use crate::gen_server::{
     self, CallError, CallResult, Flow, GenServer, ReplyTo, Server, StartError,
 };
-pub use crate::sys;
 pub use crate::supervisor::{
     self, ChildKind, ChildSpec, DynamicSupervisor, Restart, Shutdown, Strategy, Supervisor,
 };
+pub use crate::sys;
 pub use graft::{
     blocking, call_on, connect, disconnect, nodes, process_info, processes, spawn_link_on,
     spawn_on, whereis_on,

@@ -96,10 +96,8 @@ pub fn replace_state<S: GenServer>(
 ) -> Result<String, Error> {
     let tag = graft::make_ref();
     let boxed: Replacer = Box::new(move |any: &mut dyn Any| match any.downcast_mut::<S>() {
-        Some(s) => {
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(s)))
-                .map_err(|_| "the replacement panicked".to_string())
-        }
+        Some(s) => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(s)))
+            .map_err(|_| "the replacement panicked".to_string()),
         None => Err(format!(
             "the server's state is not a {}",
             std::any::type_name::<S>()

@@ -68,7 +68,9 @@ fn the_observer_page_shows_the_cluster_a_supervision_tree_and_a_mailbox() {
             std::env::var("CI").as_deref() != Ok("true"),
             "CI must run the browser test: chromium is missing (apt-get install -y chromium)"
         );
-        eprintln!("SKIPPED: the observer browser test needs chromium (apt-get install -y chromium)");
+        eprintln!(
+            "SKIPPED: the observer browser test needs chromium (apt-get install -y chromium)"
+        );
         return;
     };
     let config = |i: usize| {
@@ -120,18 +122,35 @@ fn the_observer_page_shows_the_cluster_a_supervision_tree_and_a_mailbox() {
     let dom = dump_dom(&browser, &base);
     assert!(dom.contains("Cluster: 3 nodes"), "{dom}");
     for n in &nodes {
-        assert!(dom.contains(&format!("data-node=\"{}\"", n.name())), "{} missing:\n{dom}", n.name());
+        assert!(
+            dom.contains(&format!("data-node=\"{}\"", n.name())),
+            "{} missing:\n{dom}",
+            n.name()
+        );
     }
 
     // The second node's page, served by the first through distribution.
     let url = format!("{base}#/node/{}", nodes[1].id().0);
     let dom = dump_dom(&browser, &url);
     assert!(dom.contains("Supervision trees"), "{dom}");
-    let trees = dom.split("id=\"trees\"").nth(1).expect("the trees").split("</section>").next().unwrap();
+    let trees = dom
+        .split("id=\"trees\"")
+        .nth(1)
+        .expect("the trees")
+        .split("</section>")
+        .next()
+        .unwrap();
     let shown = |p: Pid| p.to_string().replace('<', "&lt;").replace('>', "&gt;");
-    assert!(trees.contains("class=\"sup\"") && trees.contains(&shown(sup)), "{trees}");
+    assert!(
+        trees.contains("class=\"sup\"") && trees.contains(&shown(sup)),
+        "{trees}"
+    );
     assert!(trees.contains("app_sup"), "{trees}");
-    assert_eq!(trees.matches("class=\"child\"").count(), 2, "two children under it: {trees}");
+    assert_eq!(
+        trees.matches("class=\"child\"").count(),
+        2,
+        "two children under it: {trees}"
+    );
     assert!(trees.contains("Worker"), "{trees}");
     let row = dom
         .split("<tr class=\"proc\"")
@@ -141,13 +160,22 @@ fn the_observer_page_shows_the_cluster_a_supervision_tree_and_a_mailbox() {
     assert!(row.contains("<td class=\"num mailbox\">7</td>"), "{row}");
 
     // The process page of the supervisor: its state through sys.
-    let url = format!("{base}#/proc/{}/{}/{}", sup.node().0, sup.creation(), sup.serial());
+    let url = format!(
+        "{base}#/proc/{}/{}/{}",
+        sup.node().0,
+        sup.creation(),
+        sup.serial()
+    );
     let dom = dump_dom(&browser, &url);
-    assert!(dom.contains("id=\"state\"") && dom.contains("child \"alpha\""), "{dom}");
+    assert!(
+        dom.contains("id=\"state\"") && dom.contains("child \"alpha\""),
+        "{dom}"
+    );
 
     if let Ok(path) = std::env::var("GRAFT_SCREENSHOT") {
         let url = format!("{base}#/node/{}", nodes[1].id().0);
-        let profile = std::env::temp_dir().join(format!("graft-chromium-shot-{}", std::process::id()));
+        let profile =
+            std::env::temp_dir().join(format!("graft-chromium-shot-{}", std::process::id()));
         let ok = Command::new(&browser)
             .args([
                 "--headless",

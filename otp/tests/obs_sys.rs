@@ -85,12 +85,18 @@ fn sys_on_a_local_gen_server() {
         // Opting out shows the type's name only.
         let s = gen_server::start(Secret).unwrap();
         let shown = sys::get_state(s.pid()).unwrap();
-        assert!(shown.contains("Secret") && shown.contains("format_status"), "{shown}");
+        assert!(
+            shown.contains("Secret") && shown.contains("format_status"),
+            "{shown}"
+        );
         // Suspended: casts wait, sys requests are answered.
         sys::suspend(c.pid()).unwrap();
         c.cast(1);
         assert!(sys::get_state(c.pid()).unwrap().contains("n: 42"));
-        assert_eq!(c.call_timeout((), Duration::from_millis(50)), Err(CallError::Timeout));
+        assert_eq!(
+            c.call_timeout((), Duration::from_millis(50)),
+            Err(CallError::Timeout)
+        );
         sys::resume(c.pid()).unwrap();
         assert_eq!(c.call(()).unwrap(), 43);
         // Statistics.
@@ -105,13 +111,21 @@ fn sys_on_a_local_gen_server() {
         let recs = RECORDS.lock().unwrap().clone();
         let mine: Vec<_> = recs.iter().filter(|r| r.contains(&me)).collect();
         assert!(mine.iter().any(|r| r.contains("received")), "{recs:?}");
-        assert!(mine.iter().any(|r| r.contains("sent") && r.contains("Reply")), "{recs:?}");
+        assert!(
+            mine.iter()
+                .any(|r| r.contains("sent") && r.contains("Reply")),
+            "{recs:?}"
+        );
         // Not a behaviour: no answer.
         let plain = spawn(|| {
             receive().on(|_: u8| ()).wait();
         });
         assert!(matches!(
-            graft::observe::sys_call(plain, graft::observe::SysOp::GetState, Duration::from_millis(50)),
+            graft::observe::sys_call(
+                plain,
+                graft::observe::SysOp::GetState,
+                Duration::from_millis(50)
+            ),
             Err(Error::Timeout)
         ));
         send(plain, 0u8);
@@ -148,7 +162,10 @@ fn sys_on_a_remote_gen_server() {
         // replace_state is for this node's servers only.
         assert!(sys::replace_state(c, |s: &mut Counter| s.n = 0).is_err());
         let info = graft::observe::process_info_on(c.pid()).unwrap().unwrap();
-        assert!(info.initial_call.contains("gen_server") && info.initial_call.contains("Counter"), "{info:?}");
+        assert!(
+            info.initial_call.contains("gen_server") && info.initial_call.contains("Counter"),
+            "{info:?}"
+        );
     })
     .unwrap();
     a.shutdown();
@@ -170,13 +187,19 @@ fn a_supervised_gen_server_knows_its_ancestors_and_supervisor() {
         assert_eq!(info.parent, Some(sup));
         assert_eq!(info.ancestors, vec![sup, root]);
         assert_eq!(info.supervisor, Some(sup));
-        assert!(info.initial_call.starts_with("gen_server ") && info.initial_call.ends_with("Counter"), "{info:?}");
+        assert!(
+            info.initial_call.starts_with("gen_server ") && info.initial_call.ends_with("Counter"),
+            "{info:?}"
+        );
         assert!(info.links.contains(&sup));
         let s = process_info(sup).unwrap();
         assert!(s.is_supervisor);
         assert_eq!(s.initial_call, "supervisor");
         let state = sys::get_state(sup).unwrap();
-        assert!(state.contains("OneForOne") && state.contains("child \"counter\""), "{state}");
+        assert!(
+            state.contains("OneForOne") && state.contains("child \"counter\""),
+            "{state}"
+        );
         assert!(state.contains(&child.to_string()), "{state}");
         // A restart is counted.
         let before = graft::observe::node_stats().restarts;

@@ -242,7 +242,12 @@ impl Dist {
     /// Per connected node: (name, address, counters, bytes queued).
     pub(crate) fn peer_stats(
         &self,
-    ) -> Vec<(String, SocketAddr, std::sync::Arc<crate::observe::PeerCounters>, usize)> {
+    ) -> Vec<(
+        String,
+        SocketAddr,
+        std::sync::Arc<crate::observe::PeerCounters>,
+        usize,
+    )> {
         self.peers
             .read()
             .values()

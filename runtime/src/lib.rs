@@ -89,15 +89,15 @@ pub mod graph;
 mod loom;
 mod message;
 mod node;
+pub mod observe;
+pub mod observer;
 mod overflow;
 mod pid;
 mod process;
+pub mod report;
 mod sched;
 mod stack;
 mod stats;
-pub mod observe;
-pub mod observer;
-pub mod report;
 mod table;
 mod wakeup;
 

@@ -492,9 +492,7 @@ pub fn process_info_full(pid: Pid) -> Result<Option<ProcessInfo>, Error> {
     if n.is_local(pid) {
         return Ok(full_info_of(n, pid));
     }
-    crate::call_on(pid.node(), pid, |pid| {
-        process_info_full(pid).ok().flatten()
-    })
+    crate::call_on(pid.node(), pid, |pid| process_info_full(pid).ok().flatten())
 }
 
 /// [`info_of`] plus the costly fields.
@@ -662,7 +660,10 @@ pub fn sys_call_tagged(
         },
     );
     let got = crate::receive()
-        .when(move |r: &SysReply| r.tag == tag, |r: SysReply| Some(Ok(r.result)))
+        .when(
+            move |r: &SysReply| r.tag == tag,
+            |r: SysReply| Some(Ok(r.result)),
+        )
         .when(
             move |d: &crate::ProcessDied| d.monitor == m,
             |d: crate::ProcessDied| Some(Err(d.reason)),

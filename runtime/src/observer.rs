@@ -102,7 +102,9 @@ pub(crate) fn start(n: &Arc<NodeShared>, cfg: &ObserverConfig) -> std::io::Resul
         .to_ip()
         .ok_or_else(|| std::io::Error::other("observer: not an IP address"))?;
     if n.stats.observer.set(addr).is_err() {
-        return Err(std::io::Error::other("this node serves an observer already"));
+        return Err(std::io::Error::other(
+            "this node serves an observer already",
+        ));
     }
     log::info!(target: "graft::report", "graft: {} serves its observer on http://{addr}/", n.name);
     let server = Arc::new(server);
@@ -116,7 +118,12 @@ pub(crate) fn start(n: &Arc<NodeShared>, cfg: &ObserverConfig) -> std::io::Resul
     Ok(())
 }
 
-fn serve_loop(server: &tiny_http::Server, node: &Weak<NodeShared>, token: Option<&str>, sampler: bool) {
+fn serve_loop(
+    server: &tiny_http::Server,
+    node: &Weak<NodeShared>,
+    token: Option<&str>,
+    sampler: bool,
+) {
     let mut next_sample = std::time::Instant::now();
     loop {
         if sampler && std::time::Instant::now() >= next_sample {
@@ -179,7 +186,11 @@ const JSON: &str = "application/json";
 
 fn respond(n: &Arc<NodeShared>, req: &tiny_http::Request, token: Option<&str>) -> Reply {
     if !authorised(req, token) {
-        return (401, "text/plain", b"graft observer: a token is required\n".to_vec());
+        return (
+            401,
+            "text/plain",
+            b"graft observer: a token is required\n".to_vec(),
+        );
     }
     if *req.method() != tiny_http::Method::Get {
         return (405, "text/plain", b"GET only\n".to_vec());
@@ -202,7 +213,11 @@ fn respond(n: &Arc<NodeShared>, req: &tiny_http::Request, token: Option<&str>) -
             Err(_) => (400, JSON, b"{\"error\":\"bad node id\"}".to_vec()),
         },
         ["api", "process", node, creation, serial] => {
-            match (node.parse::<u64>(), creation.parse::<u32>(), serial.parse::<u64>()) {
+            match (
+                node.parse::<u64>(),
+                creation.parse::<u32>(),
+                serial.parse::<u64>(),
+            ) {
                 (Ok(a), Ok(b), Ok(c)) => {
                     let pid = Pid::new(NodeId(a), b, c);
                     match process_json(n, pid) {
@@ -253,12 +268,20 @@ type NodeView = (NodeStats, Vec<ProcessSummary>, Vec<(f64, Vec<f64>)>);
 
 fn node_view(n: &NodeShared, id: NodeId) -> Option<NodeView> {
     if id == n.id {
-        return Some((observe::stats_of(n), observe::list_of(n), observe::history_of(n)));
+        return Some((
+            observe::stats_of(n),
+            observe::list_of(n),
+            observe::history_of(n),
+        ));
     }
     in_process(n, move || {
         crate::call_on(id, (), |()| {
             let n = &crate::context::worker().expect("in a process").node;
-            (observe::stats_of(n), observe::list_of(n), observe::history_of(n))
+            (
+                observe::stats_of(n),
+                observe::list_of(n),
+                observe::history_of(n),
+            )
         })
         .ok()
     })
@@ -284,7 +307,9 @@ fn process_view(n: &NodeShared, pid: Pid) -> Option<(ProcessInfo, Option<String>
 
 /// Escapes a label value.
 fn label(s: &str) -> String {
-    s.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+    s.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }
 
 /// `s` in the Prometheus text exposition format.
@@ -297,9 +322,17 @@ pub(crate) fn metrics(s: &NodeStats) -> String {
     };
     family(&mut o, "graft_processes", "gauge", "Live processes.");
     let _ = writeln!(o, "graft_processes{{node=\"{node}\"}} {}", s.processes);
-    family(&mut o, "graft_run_queue_length", "gauge", "Runnable processes per worker.");
+    family(
+        &mut o,
+        "graft_run_queue_length",
+        "gauge",
+        "Runnable processes per worker.",
+    );
     for (w, q) in s.run_queue.iter().enumerate() {
-        let _ = writeln!(o, "graft_run_queue_length{{node=\"{node}\",worker=\"{w}\"}} {q}");
+        let _ = writeln!(
+            o,
+            "graft_run_queue_length{{node=\"{node}\",worker=\"{w}\"}} {q}"
+        );
     }
     let _ = writeln!(
         o,
@@ -313,24 +346,69 @@ pub(crate) fn metrics(s: &NodeStats) -> String {
         "Busy fraction per worker over the last window.",
     );
     for (w, u) in s.utilisation.iter().enumerate() {
-        let _ = writeln!(o, "graft_scheduler_utilization{{node=\"{node}\",worker=\"{w}\"}} {u:.6}");
+        let _ = writeln!(
+            o,
+            "graft_scheduler_utilization{{node=\"{node}\",worker=\"{w}\"}} {u:.6}"
+        );
     }
-    family(&mut o, "graft_mailbox_messages", "gauge", "Messages waiting in all mailboxes.");
-    let _ = writeln!(o, "graft_mailbox_messages{{node=\"{node}\"}} {}", s.mail_queued);
-    family(&mut o, "graft_registered_names", "gauge", "Registered names.");
-    let _ = writeln!(o, "graft_registered_names{{node=\"{node}\"}} {}", s.registered);
-    family(&mut o, "graft_restarts_total", "counter", "Supervisor restarts.");
+    family(
+        &mut o,
+        "graft_mailbox_messages",
+        "gauge",
+        "Messages waiting in all mailboxes.",
+    );
+    let _ = writeln!(
+        o,
+        "graft_mailbox_messages{{node=\"{node}\"}} {}",
+        s.mail_queued
+    );
+    family(
+        &mut o,
+        "graft_registered_names",
+        "gauge",
+        "Registered names.",
+    );
+    let _ = writeln!(
+        o,
+        "graft_registered_names{{node=\"{node}\"}} {}",
+        s.registered
+    );
+    family(
+        &mut o,
+        "graft_restarts_total",
+        "counter",
+        "Supervisor restarts.",
+    );
     let _ = writeln!(o, "graft_restarts_total{{node=\"{node}\"}} {}", s.restarts);
-    family(&mut o, "graft_crashes_total", "counter", "Processes that crashed.");
+    family(
+        &mut o,
+        "graft_crashes_total",
+        "counter",
+        "Processes that crashed.",
+    );
     let _ = writeln!(o, "graft_crashes_total{{node=\"{node}\"}} {}", s.crashes);
-    family(&mut o, "graft_stack_bytes", "gauge", "Process stack memory.");
-    let _ = writeln!(o, "graft_stack_bytes{{node=\"{node}\",kind=\"mapped\"}} {}", s.stacks_mapped);
+    family(
+        &mut o,
+        "graft_stack_bytes",
+        "gauge",
+        "Process stack memory.",
+    );
+    let _ = writeln!(
+        o,
+        "graft_stack_bytes{{node=\"{node}\",kind=\"mapped\"}} {}",
+        s.stacks_mapped
+    );
     let _ = writeln!(
         o,
         "graft_stack_bytes{{node=\"{node}\",kind=\"resident\"}} {}",
         s.stacks_resident
     );
-    family(&mut o, "graft_uptime_seconds", "gauge", "Seconds since the node started.");
+    family(
+        &mut o,
+        "graft_uptime_seconds",
+        "gauge",
+        "Seconds since the node started.",
+    );
     let _ = writeln!(
         o,
         "graft_uptime_seconds{{node=\"{node}\"}} {:.3}",
@@ -338,7 +416,12 @@ pub(crate) fn metrics(s: &NodeStats) -> String {
     );
     family(&mut o, "graft_dist_peers", "gauge", "Connected nodes.");
     let _ = writeln!(o, "graft_dist_peers{{node=\"{node}\"}} {}", s.peers.len());
-    family(&mut o, "graft_dist_bytes_total", "counter", "Distribution payload bytes per peer.");
+    family(
+        &mut o,
+        "graft_dist_bytes_total",
+        "counter",
+        "Distribution payload bytes per peer.",
+    );
     for p in &s.peers {
         let peer = label(&p.name);
         let _ = writeln!(
@@ -352,7 +435,12 @@ pub(crate) fn metrics(s: &NodeStats) -> String {
             p.bytes_out
         );
     }
-    family(&mut o, "graft_dist_frames_total", "counter", "Distribution frames per peer.");
+    family(
+        &mut o,
+        "graft_dist_frames_total",
+        "counter",
+        "Distribution frames per peer.",
+    );
     for p in &s.peers {
         let peer = label(&p.name);
         let _ = writeln!(
@@ -366,7 +454,12 @@ pub(crate) fn metrics(s: &NodeStats) -> String {
             p.frames_out
         );
     }
-    family(&mut o, "graft_dist_queued_bytes", "gauge", "Bytes waiting to be sent per peer.");
+    family(
+        &mut o,
+        "graft_dist_queued_bytes",
+        "gauge",
+        "Bytes waiting to be sent per peer.",
+    );
     for p in &s.peers {
         let _ = writeln!(
             o,

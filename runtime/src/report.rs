@@ -165,9 +165,7 @@ fn is_crash(reason: &ExitReason) -> bool {
 pub(crate) fn on_exit(n: &NodeShared, p: &Process, reason: &ExitReason) {
     crate::observe::untrace_exited(p);
     if !is_crash(reason)
-        || p.acct
-            .signalled
-            .load(std::sync::atomic::Ordering::Relaxed)
+        || p.acct.signalled.load(std::sync::atomic::Ordering::Relaxed)
         || n.stopping.load(crate::loom::Ordering::Relaxed)
     {
         return;

@@ -90,7 +90,8 @@ pub(crate) fn ticks_to_ns(t: u64) -> u64 {
 #[inline(always)]
 fn bump(c: &AtomicU64, by: u64) {
     c.store(
-        c.load(std::sync::atomic::Ordering::Relaxed).wrapping_add(by),
+        c.load(std::sync::atomic::Ordering::Relaxed)
+            .wrapping_add(by),
         std::sync::atomic::Ordering::Relaxed,
     );
 }
@@ -231,7 +232,9 @@ impl NodeStats {
         let mut s = self.samples.lock();
         // Several askers (the observer's clock, remote observers asking
         // for statistics): keep samples at least half a second apart.
-        if s.back().is_some_and(|b| now.0.duration_since(b.0) < std::time::Duration::from_millis(500)) {
+        if s.back()
+            .is_some_and(|b| now.0.duration_since(b.0) < std::time::Duration::from_millis(500))
+        {
             return;
         }
         s.push_back(now);

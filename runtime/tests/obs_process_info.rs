@@ -43,10 +43,17 @@ fn mailbox_length_status_name_links_monitors_and_lineage() {
         assert_eq!(info.monitored_by, vec![me]);
         assert_eq!(info.parent, Some(me));
         assert_eq!(info.ancestors.first(), Some(&me));
-        assert!(info.spawned_at.starts_with("runtime/tests/obs_process_info.rs:"), "{info:?}");
+        assert!(
+            info.spawned_at
+                .starts_with("runtime/tests/obs_process_info.rs:"),
+            "{info:?}"
+        );
         assert_eq!(info.initial_call, info.spawned_at);
         assert!(info.stack_size >= 64 * 1024, "{info:?}");
-        assert!(info.stack_in_use > 0 && info.stack_in_use < info.stack_size, "{info:?}");
+        assert!(
+            info.stack_in_use > 0 && info.stack_in_use < info.stack_size,
+            "{info:?}"
+        );
         assert!(info.runs >= 1);
         // Whom we monitor: p.
         assert!(process_info(me).unwrap().monitors.is_empty(), "not scanned");
@@ -87,7 +94,10 @@ fn run_time_and_runs_grow_while_a_process_spins() {
         exit(p, ExitReason::Kill);
         // The node saw it busy.
         let s = observe::node_stats();
-        assert!(s.utilisation.iter().all(|u| (0.0..=1.0).contains(u)), "{s:?}");
+        assert!(
+            s.utilisation.iter().all(|u| (0.0..=1.0).contains(u)),
+            "{s:?}"
+        );
         let wall = observe::scheduler_wall_time();
         assert_eq!(wall.len(), 2);
         let busy: u64 = wall.iter().map(|(b, _)| b).sum();
@@ -123,12 +133,18 @@ fn the_stack_high_water_mark_grows_with_recursion() {
             .unwrap();
         send(p, 16u32);
         assert_eq!(expect::<u32>(), 16);
-        let shallow = observe::process_info_full(p).unwrap().unwrap().stack_high_water;
+        let shallow = observe::process_info_full(p)
+            .unwrap()
+            .unwrap()
+            .stack_high_water;
         send(p, 600u32);
         assert_eq!(expect::<u32>(), 600);
         let deep = observe::process_info_full(p).unwrap().unwrap();
         assert!(deep.stack_high_water >= 600 * 1024, "{deep:?}");
-        assert!(deep.stack_high_water > shallow + 400 * 1024, "{shallow} {deep:?}");
+        assert!(
+            deep.stack_high_water > shallow + 400 * 1024,
+            "{shallow} {deep:?}"
+        );
         // Back at the top of its loop: far less in use than the mark.
         assert!(deep.stack_in_use < deep.stack_high_water / 4, "{deep:?}");
         exit(p, ExitReason::Kill);
@@ -169,9 +185,16 @@ fn node_statistics_and_remote_process_info() {
         assert_eq!(sa.workers, 2);
         assert_eq!(sa.run_queue.len(), 2);
         assert!(sa.processes >= 1);
-        assert!(sa.stacks_mapped > 0 && sa.stacks_resident <= sa.stacks_mapped, "{sa:?}");
+        assert!(
+            sa.stacks_mapped > 0 && sa.stacks_resident <= sa.stacks_mapped,
+            "{sa:?}"
+        );
         assert!(sa.uptime_ms < 600_000);
-        let peer = sa.peers.iter().find(|p| p.name == b_name).expect("b is a peer");
+        let peer = sa
+            .peers
+            .iter()
+            .find(|p| p.name == b_name)
+            .expect("b is a peer");
         assert!(peer.frames_out >= 4 && peer.bytes_out > 0, "{peer:?}");
         assert!(peer.frames_in >= 1 && peer.bytes_in > 0, "{peer:?}");
         // The process list, here and there.

@@ -53,6 +53,12 @@ fn a_crash_report_goes_through_the_installed_logger() {
     let text = &reports[0].1;
     assert!(text.contains("\"doomed\""), "{text}");
     assert!(text.contains("reason: kaboom"), "{text}");
-    assert!(text.contains("panicked at: runtime/tests/obs_report_logger.rs:"), "{text}");
-    assert!(text.contains("initial call: runtime/tests/obs_report_logger.rs:"), "{text}");
+    assert!(
+        text.contains("panicked at: runtime/tests/obs_report_logger.rs:"),
+        "{text}"
+    );
+    assert!(
+        text.contains("initial call: runtime/tests/obs_report_logger.rs:"),
+        "{text}"
+    );
 }

@@ -12,11 +12,18 @@ fn get(addr: SocketAddr, path: &str, header: Option<&str>) -> (u16, String) {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     let extra = header.map(|h| format!("{h}\r\n")).unwrap_or_default();
-    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{extra}\r\n").unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{extra}\r\n"
+    )
+    .unwrap();
     let mut buf = String::new();
     s.read_to_string(&mut buf).unwrap();
     let status = buf[9..12].parse().unwrap();
-    let body = buf.split_once("\r\n\r\n").map(|x| x.1.to_string()).unwrap_or_default();
+    let body = buf
+        .split_once("\r\n\r\n")
+        .map(|x| x.1.to_string())
+        .unwrap_or_default();
     (status, body)
 }
 
@@ -51,7 +58,10 @@ fn parse_prometheus(text: &str) -> Vec<Sample> {
                     ["counter", "gauge", "histogram", "summary", "untyped"].contains(&t),
                     "{line:?}"
                 );
-                assert!(typed.insert(name.to_string(), t.to_string()).is_none(), "TYPE twice: {line:?}");
+                assert!(
+                    typed.insert(name.to_string(), t.to_string()).is_none(),
+                    "TYPE twice: {line:?}"
+                );
             } else {
                 assert_eq!(kw, "HELP", "{line:?}");
             }
@@ -59,7 +69,10 @@ fn parse_prometheus(text: &str) -> Vec<Sample> {
         }
         let (name, rest) = match line.find('{') {
             Some(i) => (&line[..i], &line[i..]),
-            None => line.split_once(' ').map(|(a, b)| (a, b)).expect("name value"),
+            None => line
+                .split_once(' ')
+                .map(|(a, b)| (a, b))
+                .expect("name value"),
         };
         assert!(name_ok(name), "bad metric name in {line:?}");
         assert!(typed.contains_key(name), "sample before its TYPE: {line:?}");
@@ -160,15 +173,23 @@ fn metrics_are_prometheus_text_with_the_named_families() {
     let samples = parse_prometheus(&body);
     let one = |name: &str| -> Vec<&Sample> { samples.iter().filter(|s| s.0 == name).collect() };
     assert!(one("graft_processes")[0].2 >= 1.0);
-    assert_eq!(one("graft_run_queue_length").len(), 3, "two workers and the global queue");
+    assert_eq!(
+        one("graft_run_queue_length").len(),
+        3,
+        "two workers and the global queue"
+    );
     let util = one("graft_scheduler_utilization");
     assert_eq!(util.len(), 2);
-    assert!(util.iter().all(|s| (0.0..=1.0).contains(&s.2) && s.1.contains_key("worker")));
+    assert!(util
+        .iter()
+        .all(|s| (0.0..=1.0).contains(&s.2) && s.1.contains_key("worker")));
     assert!(one("graft_mailbox_messages")[0].2 >= 4.0, "{body}");
     assert_eq!(one("graft_restarts_total").len(), 1);
     let bytes = one("graft_dist_bytes_total");
     assert_eq!(bytes.len(), 2, "in and out for one peer: {body}");
-    assert!(bytes.iter().all(|s| s.1.get("peer").map(String::as_str) == Some(nodes[1].name())));
+    assert!(bytes
+        .iter()
+        .all(|s| s.1.get("peer").map(String::as_str) == Some(nodes[1].name())));
     let dirs: Vec<&str> = bytes.iter().map(|s| s.1["direction"].as_str()).collect();
     assert!(dirs.contains(&"in") && dirs.contains(&"out"));
     assert!(one("graft_uptime_seconds")[0].2 >= 0.0);
@@ -182,7 +203,12 @@ fn metrics_are_prometheus_text_with_the_named_families() {
 #[test]
 fn a_token_is_required_when_set_and_bad_requests_are_refused() {
     let cfg = observer::ObserverConfig::new("127.0.0.1:0").token("t0k");
-    let n = Node::start(NodeConfig::new("127.0.0.1:0").workers(1).observer_config(cfg)).unwrap();
+    let n = Node::start(
+        NodeConfig::new("127.0.0.1:0")
+            .workers(1)
+            .observer_config(cfg),
+    )
+    .unwrap();
     let addr = n.observer_addr().unwrap();
     assert_eq!(get(addr, "/metrics", None).0, 401);
     assert_eq!(get(addr, "/metrics?token=nope", None).0, 401);
@@ -207,7 +233,10 @@ fn the_json_api_shows_every_node_and_remote_processes() {
     let (s, body) = get(addr, "/api/cluster", None);
     assert_eq!(s, 200);
     for n in &nodes {
-        assert!(body.contains(&format!("\"name\":\"{}\"", n.name())), "{body}");
+        assert!(
+            body.contains(&format!("\"name\":\"{}\"", n.name())),
+            "{body}"
+        );
     }
     // A process on the third node with 2 messages queued.
     let (tx, rx) = std::sync::mpsc::channel();
@@ -232,14 +261,25 @@ fn the_json_api_shows_every_node_and_remote_processes() {
         std::thread::sleep(Duration::from_millis(20));
     };
     assert!(body.contains("\"processes\":["));
-    let path = format!("/api/process/{}/{}/{}", pid.node().0, pid.creation(), pid.serial());
+    let path = format!(
+        "/api/process/{}/{}/{}",
+        pid.node().0,
+        pid.creation(),
+        pid.serial()
+    );
     let (s, p) = get(addr, &path, None);
     assert_eq!(s, 200, "{p}");
-    assert!(p.contains("\"mailbox_len\":2") && p.contains("\"registered_name\":\"queued\""), "{p}");
+    assert!(
+        p.contains("\"mailbox_len\":2") && p.contains("\"registered_name\":\"queued\""),
+        "{p}"
+    );
     assert!(p.contains("\"status\":\"waiting\""), "{p}");
     let (s, html) = get(addr, "/", None);
     assert_eq!(s, 200);
-    assert!(html.contains("graft observer") && !html.contains("http://") && !html.contains("https://"), "no CDN");
+    assert!(
+        html.contains("graft observer") && !html.contains("http://") && !html.contains("https://"),
+        "no CDN"
+    );
     for n in &nodes {
         n.shutdown();
     }

@@ -37,7 +37,10 @@ fn main() {
             .expect("supervisor");
         let r = monitor(sup);
         let gone = receive()
-            .when(move |d: &ProcessDied| d.monitor == r, |d: ProcessDied| d.reason)
+            .when(
+                move |d: &ProcessDied| d.monitor == r,
+                |d: ProcessDied| d.reason,
+            )
             .wait();
         println!("supervisor stopped: {gone}");
 
