@@ -437,7 +437,7 @@ pub(crate) fn stats_of(n: &NodeShared) -> NodeStats {
 }
 
 pub(crate) fn list_of(n: &NodeShared) -> Vec<ProcessSummary> {
-    let mut v = Vec::with_capacity(n.live().max(0));
+    let mut v = Vec::with_capacity(n.live());
     let ns = ns_per_tick_now();
     n.table.for_each(|p| {
         let (name, label, sup) = {

@@ -69,10 +69,7 @@ fn parse_prometheus(text: &str) -> Vec<Sample> {
         }
         let (name, rest) = match line.find('{') {
             Some(i) => (&line[..i], &line[i..]),
-            None => line
-                .split_once(' ')
-                .map(|(a, b)| (a, b))
-                .expect("name value"),
+            None => line.split_once(' ').expect("name value"),
         };
         assert!(name_ok(name), "bad metric name in {line:?}");
         assert!(typed.contains_key(name), "sample before its TYPE: {line:?}");
