@@ -40,7 +40,7 @@
 //! node.shutdown();
 //! ```
 //!
-//! The protocol ([`SysRequest`](graft::observe::SysRequest)) lives in graft,
+//! The protocol ([`graft::observe::SysRequest`]) lives in graft,
 //! so that the web observer can ask too.
 //!
 //! [`GenServer::format_status`]: crate::gen_server::GenServer::format_status
