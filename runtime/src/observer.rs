@@ -575,29 +575,66 @@ fn status_js(s: crate::Status) -> &'static str {
 
 /// The process list as JSON rows (shared by the observer and its bench).
 pub(crate) fn list_js(list: &[ProcessSummary]) -> String {
-    let mut o = String::with_capacity(list.len() * 200 + 2);
+    // Written straight into one buffer (no string per field): this is the
+    // observer's largest answer (see the `observer` bench).
+    let mut o = String::with_capacity(list.len() * 220 + 2);
     o.push('[');
     for (i, p) in list.iter().enumerate() {
         if i > 0 {
             o.push(',');
         }
+        o.push_str("{\"pid\":");
+        push_pid(&mut o, p.pid);
+        o.push_str(",\"name\":");
+        match &p.name {
+            Some(n) => push_js(&mut o, n),
+            None => o.push_str("null"),
+        }
+        o.push_str(",\"call\":");
+        push_js(&mut o, &p.initial_call);
         let _ = write!(
             o,
-            "{{\"pid\":{},\"name\":{},\"call\":{},\"status\":{},\"mailbox\":{},\"runs\":{},\"run_ns\":{},\"memory\":{},\"parent\":{},\"sup\":{}}}",
-            pid_js(p.pid),
-            opt_js(p.name.as_deref()),
-            js(&p.initial_call),
+            ",\"status\":{},\"mailbox\":{},\"runs\":{},\"run_ns\":{},\"memory\":{},\"parent\":",
             status_js(p.status),
             p.mailbox_len,
             p.runs,
             p.run_time_ns,
-            p.memory,
-            p.parent.map_or_else(|| "null".into(), pid_js),
-            p.is_supervisor
+            p.memory
         );
+        match p.parent {
+            Some(pp) => push_pid(&mut o, pp),
+            None => o.push_str("null"),
+        }
+        o.push_str(if p.is_supervisor { ",\"sup\":true}" } else { ",\"sup\":false}" });
     }
     o.push(']');
     o
+}
+
+/// [`pid_js`] into `o`.
+fn push_pid(o: &mut String, p: Pid) {
+    // `<node.creation.serial>`: nothing in it needs escaping in JSON.
+    let _ = write!(
+        o,
+        "{{\"s\":\"{p}\",\"n\":\"{}\",\"c\":{},\"i\":{}}}",
+        p.node().0,
+        p.creation(),
+        p.serial()
+    );
+}
+
+/// [`js`] into `o`.
+fn push_js(o: &mut String, s: &str) {
+    if s
+        .bytes()
+        .all(|b| b >= 0x20 && b != b'"' && b != b'\\' && b != b'<')
+    {
+        o.push('"');
+        o.push_str(s);
+        o.push('"');
+    } else {
+        o.push_str(&js(s));
+    }
 }
 
 fn cluster_json(n: &NodeShared) -> String {
