@@ -802,7 +802,8 @@ pub struct ProcessInfo {
     pub monitors: Vec<Pid>,
     /// Times it was resumed (graft's reductions).
     pub runs: u64,
-    /// Time it ran, in nanoseconds.
+    /// Time it ran, in nanoseconds (sampled every 2 ms: see
+    /// [`observe`](crate::observe)).
     pub run_time_ns: u64,
     /// Its stack's size (virtual).
     pub stack_size: u64,

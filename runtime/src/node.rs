@@ -659,6 +659,12 @@ impl Node {
                 .name("graft-stacks".into())
                 .spawn(move || s.stacks.run_refill())?,
         );
+        let s = Arc::downgrade(&shared);
+        threads.push(
+            std::thread::Builder::new()
+                .name("graft-stats".into())
+                .spawn(move || crate::stats::run_sampler(s))?,
+        );
         let s = shared.clone();
         threads.push(
             std::thread::Builder::new()

@@ -11,9 +11,9 @@
 //! node.shutdown();
 //! ```
 //!
-//! What each figure costs is in `stats.rs`: the per-run counters are two
-//! cycle-counter reads and plain stores per resume; everything here is
-//! computed when asked.
+//! What each figure costs is in `stats.rs`: per resume, three plain
+//! stores and no clock; run time and utilisation are sampled every 2 ms by
+//! a thread of the node; everything else is computed when asked.
 
 use crate::api::ProcessInfo;
 use crate::error::Error;
@@ -339,12 +339,8 @@ pub fn scheduler_wall_time() -> Vec<(u64, u64)> {
 }
 
 pub(crate) fn wall_time_of(n: &NodeShared) -> Vec<(u64, u64)> {
-    let total = n.stats.started.elapsed().as_nanos() as u64;
-    n.stats
-        .busy_ticks()
-        .into_iter()
-        .map(|b| (stats::ticks_to_ns(b).min(total), total))
-        .collect()
+    let (busy, total) = n.stats.busy_ns();
+    busy.into_iter().map(|b| (b.min(total), total)).collect()
 }
 
 /// Utilisation history: (seconds ago, busy fraction per worker), oldest
@@ -438,7 +434,6 @@ pub(crate) fn stats_of(n: &NodeShared) -> NodeStats {
 
 pub(crate) fn list_of(n: &NodeShared) -> Vec<ProcessSummary> {
     let mut v = Vec::with_capacity(n.live());
-    let ns = ns_per_tick_now();
     n.table.for_each(|p| {
         let (name, label, sup) = {
             let m = p.meta.lock();
@@ -452,7 +447,7 @@ pub(crate) fn list_of(n: &NodeShared) -> Vec<ProcessSummary> {
             status: p.state.status(),
             mailbox_len,
             runs: stats::load(&p.acct.runs),
-            run_time_ns: (stats::load(&p.acct.run_ticks) as f64 * ns) as u64,
+            run_time_ns: stats::load(&p.acct.run_ns),
             memory: stats::stack_in_use(p) as u64 + 64 * mailbox_len,
             parent: p.acct.parent,
             is_supervisor: sup,
@@ -460,11 +455,6 @@ pub(crate) fn list_of(n: &NodeShared) -> Vec<ProcessSummary> {
     });
     v.sort_by_key(|s| s.pid);
     v
-}
-
-fn ns_per_tick_now() -> f64 {
-    let big = 1u64 << 40;
-    stats::ticks_to_ns(big) as f64 / big as f64
 }
 
 /// [`process_info`](crate::process_info) with the two costly fields filled
@@ -560,7 +550,7 @@ pub(crate) fn info_of(n: &NodeShared, pid: Pid) -> Option<ProcessInfo> {
         is_supervisor,
         monitors: Vec::new(),
         runs: stats::load(&p.acct.runs),
-        run_time_ns: stats::ticks_to_ns(stats::load(&p.acct.run_ticks)),
+        run_time_ns: stats::load(&p.acct.run_ns),
         stack_size: u64::from(p.guard.size),
         stack_in_use: stack_in_use as u64,
         stack_high_water: 0,

@@ -605,7 +605,11 @@ pub(crate) fn list_js(list: &[ProcessSummary]) -> String {
             Some(pp) => push_pid(&mut o, pp),
             None => o.push_str("null"),
         }
-        o.push_str(if p.is_supervisor { ",\"sup\":true}" } else { ",\"sup\":false}" });
+        o.push_str(if p.is_supervisor {
+            ",\"sup\":true}"
+        } else {
+            ",\"sup\":false}"
+        });
     }
     o.push(']');
     o
@@ -625,8 +629,7 @@ fn push_pid(o: &mut String, p: Pid) {
 
 /// [`js`] into `o`.
 fn push_js(o: &mut String, s: &str) {
-    if s
-        .bytes()
+    if s.bytes()
         .all(|b| b >= 0x20 && b != b'"' && b != b'\\' && b != b'<')
     {
         o.push('"');

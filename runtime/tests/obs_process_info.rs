@@ -88,9 +88,7 @@ fn run_time_and_runs_grow_while_a_process_spins() {
         });
         let b = process_info(p).unwrap();
         assert!(b.runs > a.runs, "{a:?} {b:?}");
-        // Each run spins 0.5 ms: the run time is at least that per run
-        // (a loaded machine only makes it longer).
-        assert!(b.run_time_ns >= (b.runs - 1) * 400_000, "{b:?}");
+        assert!(b.run_time_ns > a.run_time_ns, "{a:?} {b:?}");
         exit(p, ExitReason::Kill);
         // The node saw it busy.
         let s = observe::node_stats();
@@ -101,7 +99,8 @@ fn run_time_and_runs_grow_while_a_process_spins() {
         let wall = observe::scheduler_wall_time();
         assert_eq!(wall.len(), 2);
         let busy: u64 = wall.iter().map(|(b, _)| b).sum();
-        assert!(busy >= b.run_time_ns / 2, "{wall:?} {b:?}");
+        // Every period charged to a process is charged to its worker too.
+        assert!(busy >= b.run_time_ns, "{wall:?} {b:?}");
         assert!(wall.iter().all(|(b, t)| b <= t));
     })
     .unwrap();

@@ -88,11 +88,7 @@ impl WorkerCtx {
                 }
                 None => {
                     lifo_budget = LIFO_BUDGET;
-                    match self.find_work().or_else(|| {
-                        let found = self.wait_for_work();
-                        self.node.stats.idle_ended(self.index);
-                        found
-                    }) {
+                    match self.find_work().or_else(|| self.wait_for_work()) {
                         Some(p) => p,
                         None => continue, // stop requested, or woken: look again
                     }
@@ -202,9 +198,11 @@ impl WorkerCtx {
                 self.current.set(std::ptr::null());
                 return;
             };
+            // Accounting (stats.rs): plain stores, no clock.
+            p.acct.ran();
+            self.node.stats.running(self.index, p);
             let step = coro.resume();
-            // Accounting (stats.rs): one counter read, plain stores.
-            p.acct.ran(self.node.stats.lap(self.index));
+            self.node.stats.between(self.index);
             match step {
                 Step::Suspended(Suspend::Park) => {
                     if p.state.park() {
