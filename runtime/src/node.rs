@@ -1017,7 +1017,7 @@ fn install_panic_hook() {
                 let msg = panic_message(info.payload());
                 let at = info.location().map(|l| l.to_string()).unwrap_or_default();
                 log::debug!("graft: process {} panicked at {at}: {msg}", p.pid);
-                p.meta.lock().panic = Some((at, msg));
+                p.meta.lock().panic = Some(Box::new((at, msg)));
             }
             None => previous(info),
         }));

@@ -149,7 +149,7 @@ pub struct ProcessSummary {
 /// ```
 pub fn set_initial_call(label: impl Into<String>) {
     if let Some(p) = crate::context::process() {
-        p.meta.lock().label = Some(label.into());
+        p.meta.lock().label = Some(label.into().into_boxed_str());
     }
 }
 
@@ -157,7 +157,10 @@ pub fn set_initial_call(label: impl Into<String>) {
 /// behaviour's loop calls this; a label its callbacks set stays).
 pub fn default_initial_call(label: impl FnOnce() -> String) {
     if let Some(p) = crate::context::process() {
-        p.meta.lock().label.get_or_insert_with(label);
+        p.meta
+            .lock()
+            .label
+            .get_or_insert_with(|| label().into_boxed_str());
     }
 }
 
@@ -167,7 +170,7 @@ pub fn mark_supervisor() {
     if let Some(p) = crate::context::process() {
         let mut m = p.meta.lock();
         m.supervisor = true;
-        m.label.get_or_insert_with(|| "supervisor".to_string());
+        m.label.get_or_insert_with(|| "supervisor".into());
     }
 }
 
@@ -247,7 +250,8 @@ pub fn trace(pid: Pid, on: bool) -> bool {
 
 /// A traced process ended: it no longer counts.
 pub(crate) fn untrace_exited(p: &crate::process::Process) {
-    if p.acct.traced.swap(false, Relaxed) {
+    // A load first: every exit passes here, and a swap is a locked RMW.
+    if p.acct.traced.load(Relaxed) && p.acct.traced.swap(false, Relaxed) {
         TRACED.fetch_sub(1, Relaxed);
     }
 }
@@ -443,7 +447,7 @@ pub(crate) fn list_of(n: &NodeShared) -> Vec<ProcessSummary> {
         v.push(ProcessSummary {
             pid: p.pid,
             name,
-            initial_call: label.unwrap_or_else(|| p.acct.spawned_at.to_string()),
+            initial_call: label.map_or_else(|| p.acct.spawned_at.to_string(), String::from),
             status: p.state.status(),
             mailbox_len,
             runs: stats::load(&p.acct.runs),
@@ -542,7 +546,7 @@ pub(crate) fn info_of(n: &NodeShared, pid: Pid) -> Option<ProcessInfo> {
         links,
         monitored_by,
         trap_exits,
-        initial_call: label.unwrap_or_else(|| p.acct.spawned_at.to_string()),
+        initial_call: label.map_or_else(|| p.acct.spawned_at.to_string(), String::from),
         spawned_at: p.acct.spawned_at.to_string(),
         parent: p.acct.parent,
         ancestors,

@@ -214,11 +214,13 @@ pub(crate) struct Meta {
     pub(crate) trap_exits: bool,
     /// What it runs, as its behaviour says (a gen_server's type); shown as
     /// its initial call instead of the spawn location (see `observe`).
-    pub(crate) label: Option<String>,
+    pub(crate) label: Option<Box<str>>,
     /// It is a supervisor (see `observe::mark_supervisor`).
     pub(crate) supervisor: bool,
     /// Where and with what message it last panicked (for the crash report).
-    pub(crate) panic: Option<(String, String)>,
+    /// (Boxed: every entry carries the field, few processes panic.)
+    #[allow(clippy::box_collection)]
+    pub(crate) panic: Option<Box<(String, String)>>,
 }
 
 /// Cache lines [`Process::prefetch_stack`] asks for, starting

@@ -200,7 +200,7 @@ fn crash_report(n: &NodeShared, p: &Process, reason: &ExitReason) -> String {
     let list: Vec<String> = ancestors.iter().map(|a| a.to_string()).collect();
     let _ = writeln!(s, "  ancestors: [{}]", list.join(", "));
     let _ = write!(s, "  reason: {reason}");
-    if let (Some((at, msg)), ExitReason::Other(r)) = (panic, reason) {
+    if let (Some((at, msg)), ExitReason::Other(r)) = (panic.map(|b| *b), reason) {
         if *r == msg && !at.is_empty() {
             let _ = write!(s, "\n  panicked at: {at}");
         }
