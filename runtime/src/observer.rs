@@ -169,13 +169,23 @@ fn query<'a>(url: &'a str, key: &str) -> Option<&'a str> {
     })
 }
 
+/// Compares in time that depends on the lengths only (a guesser learns
+/// nothing from how fast a wrong token is refused).
+fn same(a: &str, b: &str) -> bool {
+    a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
+}
+
 fn authorised(req: &tiny_http::Request, token: Option<&str>) -> bool {
     let Some(want) = token else { return true };
-    if query(req.url(), "token") == Some(want) {
+    if query(req.url(), "token").is_some_and(|t| same(t, want)) {
         return true;
     }
     req.headers().iter().any(|h| {
-        h.field.equiv("Authorization") && h.value.as_str().strip_prefix("Bearer ") == Some(want)
+        h.field.equiv("Authorization")
+            && h.value
+                .as_str()
+                .strip_prefix("Bearer ")
+                .is_some_and(|t| same(t, want))
     })
 }
 

@@ -281,3 +281,38 @@ fn the_json_api_shows_every_node_and_remote_processes() {
         n.shutdown();
     }
 }
+
+#[test]
+fn slow_and_garbage_clients_do_not_hold_up_the_observer() {
+    let n = Node::start(
+        NodeConfig::new("127.0.0.1:0")
+            .workers(1)
+            .observer("127.0.0.1:0"),
+    )
+    .unwrap();
+    let addr = n.observer_addr().unwrap();
+    // Three clients that send half a request and wait (more than the
+    // observer's two threads), one that sends garbage, one that closes.
+    let mut slow: Vec<TcpStream> = (0..3)
+        .map(|_| {
+            let mut s = TcpStream::connect(addr).unwrap();
+            s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+                .unwrap();
+            s
+        })
+        .collect();
+    let mut junk = TcpStream::connect(addr).unwrap();
+    junk.write_all(&[0xff; 4096]).unwrap();
+    drop(TcpStream::connect(addr).unwrap());
+    // A whole request is still answered.
+    let (status, body) = get(addr, "/metrics", None);
+    assert_eq!(status, 200);
+    parse_prometheus(&body);
+    // A huge URL is refused or answered, never crashes the node.
+    let long = format!("/api/node/{}", "9".repeat(10_000));
+    let (status, _) = get(addr, &long, None);
+    assert!(status >= 400, "{status}");
+    slow.clear();
+    assert_eq!(get(addr, "/metrics", None).0, 200);
+    n.shutdown();
+}
