@@ -153,7 +153,10 @@ fn the_observer_page_shows_the_cluster_a_supervision_tree_and_a_mailbox() {
     );
     assert!(trees.contains("Worker"), "{trees}");
     // The children's ids, from the supervisor's state.
-    assert!(trees.contains("<span class=\"cid\">alpha</span>"), "{trees}");
+    assert!(
+        trees.contains("<span class=\"cid\">alpha</span>"),
+        "{trees}"
+    );
     assert!(trees.contains("<span class=\"cid\">beta</span>"), "{trees}");
     let row = dom
         .split("<tr class=\"proc\"")
