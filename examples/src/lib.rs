@@ -99,4 +99,5 @@ impl NodeArgs {
 
 pub mod microsync;
 pub mod shared_code;
+pub mod top;
 pub mod work_pool;

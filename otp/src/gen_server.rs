@@ -341,6 +341,13 @@ pub trait GenServer: Send + 'static {
     fn terminate(&mut self, reason: &ExitReason) {
         let _ = reason;
     }
+
+    /// The state as [`sys::get_state`](crate::sys::get_state) and the
+    /// observer show it. The default shows nothing (only the type's name);
+    /// a `Debug` server returns [`sys::debug`](crate::sys::debug)`(self)`.
+    fn format_status(&self) -> Option<String> {
+        None
+    }
 }
 
 /// What [`GenServer::handle_call`] decided.
@@ -1682,6 +1689,7 @@ enum Event<S: GenServer> {
     Stop(ExitReason),
     ParentExit(ExitReason),
     Info(Unknown),
+    Sys(graft::observe::SysRequest),
     Continue(Continue),
 }
 
@@ -1846,12 +1854,14 @@ fn remote_to_local<S: GenServer>(r: RemoteRequest) -> Option<RequestOf<S>> {
 /// The server loop: receive, dispatch, until a callback stops it; then
 /// `terminate` and the pending reply. Returns the exit reason.
 fn serve<S: GenServer>(server: &mut S, parent: Option<Pid>, first: Option<Continue>) -> ExitReason {
+    crate::sys::enter::<S>();
     let mut next = first;
     let (reason, pending) = loop {
         let event = match next.take() {
             Some(c) => Event::Continue(c),
             None => receive()
                 .on(|m: Envelope| Event::<S>::Envelope(m))
+                .on(|m: graft::observe::SysRequest| Event::Sys(m))
                 .on(|m: RemoteRequest| Event::Remote(m))
                 .on(|m: StopRequest| Event::Stop(m.0))
                 .when(
@@ -1874,6 +1884,10 @@ fn serve<S: GenServer>(server: &mut S, parent: Option<Pid>, first: Option<Contin
         };
         let flow = match event {
             Event::Envelope(_) | Event::Remote(_) => continue,
+            Event::Sys(m) => {
+                crate::sys::handle(server, m);
+                continue;
+            }
             Event::Request(Request::Call { req, from }) => {
                 match guarded(|| server.handle_call(req, &from)) {
                     Ok(CallResult::Reply(r)) => {

@@ -95,6 +95,7 @@ pub mod global;
 pub mod pg;
 pub mod prelude;
 pub mod supervisor;
+pub mod sys;
 pub mod task;
 
 pub use graft;

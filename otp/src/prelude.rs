@@ -28,6 +28,7 @@ pub use crate::gen_server::{
 pub use crate::supervisor::{
     self, ChildKind, ChildSpec, DynamicSupervisor, Restart, Shutdown, Strategy, Supervisor,
 };
+pub use crate::sys;
 pub use graft::graph::{MobileFn, MobileFnOnce};
 pub use graft::{
     blocking, call_on, connect, disconnect, mobile_fn, mobile_fn_once, node_name, nodes,

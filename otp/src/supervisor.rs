@@ -855,6 +855,7 @@ impl SupState {
             };
             match self.start_at(j) {
                 Ok(pid) => {
+                    graft::observe::note_restart();
                     log::info!("supervisor {}: restarted child {id:?} as {pid}", self_pid());
                     self.waiting.remove(0);
                 }
@@ -995,6 +996,7 @@ impl GenServer for SupState {
 
     fn init(&mut self) -> Result<(), ExitReason> {
         trap_exits(true);
+        graft::observe::mark_supervisor();
         for (k, c) in self.children.iter().enumerate() {
             if self.children[..k].iter().any(|o| o.spec.id == c.spec.id) {
                 return Err(ExitReason::Other(format!(
@@ -1052,6 +1054,14 @@ impl GenServer for SupState {
 
     fn terminate(&mut self, _reason: &ExitReason) {
         self.stop_children();
+    }
+
+    fn format_status(&self) -> Option<String> {
+        let children = self.children.iter();
+        crate::sys::supervisor_status(
+            self.strategy,
+            children.map(|c| (c.spec.id.as_str(), c.pid, c.spec.kind)),
+        )
     }
 }
 

@@ -67,6 +67,9 @@ fn suspend_current(me: &Process, why: Suspend) {
     let y = unsafe { me.local().yielder.expect("a running process has a yielder") };
     let here = 0u8;
     me.note_parked_sp(std::ptr::addr_of!(here) as usize);
+    // For `process_info`'s mailbox length (messages its receives skipped).
+    // SAFETY: `me` is the running process.
+    me.acct.note_saved(unsafe { me.local() }.saved.len());
     // SAFETY: as above.
     suspend(unsafe { y.as_ref() }, why);
 }
@@ -202,6 +205,7 @@ impl SpawnOpts {
     /// # Errors
     ///
     /// As [`SpawnOpts::spawn`].
+    #[track_caller]
     pub fn spawn_monitor<F: FnOnce() + Send + 'static>(
         mut self,
         f: F,
@@ -221,6 +225,7 @@ impl SpawnOpts {
     ///
     /// `Error::NodeDown` when the node stops; `Error::Resource` when no stack
     /// can be had (see [`ensure_map_count`](crate::ensure_map_count)).
+    #[track_caller]
     pub fn spawn<F: FnOnce() + Send + 'static>(self, f: F) -> Result<Pid, Error> {
         let linked = self.spec.link.is_some();
         let pid = node().spawn(self.spec, f)?;
@@ -261,11 +266,13 @@ fn or_exit<T>(spawned: Result<T, Error>) -> T {
 /// }).unwrap();
 /// assert_eq!(v, 42);
 /// ```
+#[track_caller]
 pub fn spawn<F: FnOnce() + Send + 'static>(f: F) -> Pid {
     or_exit(SpawnOpts::default().spawn(f))
 }
 
 /// Spawns and links in one step (Erlang's `spawn_link`).
+#[track_caller]
 pub fn spawn_link<F: FnOnce() + Send + 'static>(f: F) -> Pid {
     or_exit(SpawnOpts::default().link().spawn(f))
 }
@@ -275,6 +282,7 @@ pub fn spawn_link<F: FnOnce() + Send + 'static>(f: F) -> Pid {
 /// reported with its real reason, never `NoProc`.
 ///
 /// If the process cannot be started the caller exits, as with [`spawn`].
+#[track_caller]
 pub fn spawn_monitor<F: FnOnce() + Send + 'static>(f: F) -> (Pid, MonitorRef) {
     or_exit(SpawnOpts::default().spawn_monitor(f))
 }
@@ -335,6 +343,9 @@ pub fn send<M: Message>(to: Pid, msg: M) {
         log::warn!("graft: send to {to} outside a process: message dropped");
         return;
     };
+    if crate::observe::tracing() {
+        crate::observe::trace_sent(to, std::any::type_name::<M>());
+    }
     if !w.node.is_local(to) {
         if let Some(mail) = w.node.mail_for(to, msg) {
             w.node.deliver(to, mail);
@@ -760,14 +771,17 @@ struct NodePtr(*const NodeShared);
 // node is alive (see `blocking`).
 unsafe impl Send for NodePtr {}
 
-/// A process's state, for operators (Erlang's `process_info`).
-#[derive(Clone, Debug)]
+/// A process's state, for operators (Erlang's `process_info`). `Mobile`:
+/// [`observe::process_info_on`](crate::observe::process_info_on) brings one
+/// from another node.
+#[derive(Clone, Debug, graft_derive::Mobile)]
 pub struct ProcessInfo {
     /// The process.
     pub pid: Pid,
     /// What it is doing.
     pub status: Status,
-    /// Messages waiting (not yet taken into its private queue).
+    /// Messages waiting: in its mailbox, and those its receives skipped so
+    /// far (as of its last suspend).
     pub mailbox_len: usize,
     /// Its registered name.
     pub registered_name: Option<String>,
@@ -777,9 +791,44 @@ pub struct ProcessInfo {
     pub monitored_by: Vec<Pid>,
     /// Whether it traps exits.
     pub trap_exits: bool,
+    /// What it runs: the label its behaviour gave it (a gen_server's type
+    /// name, `supervisor ...`), else where it was spawned.
+    pub initial_call: String,
+    /// Where it was spawned (`file:line:column` of the `spawn` call).
+    pub spawned_at: String,
+    /// The process that spawned it.
+    pub parent: Option<Pid>,
+    /// Its parent, the parent's parent, ... as far as they are alive (OTP's
+    /// `$ancestors`).
+    pub ancestors: Vec<Pid>,
+    /// The nearest ancestor that is a supervisor.
+    pub supervisor: Option<Pid>,
+    /// Whether it is a supervisor itself.
+    pub is_supervisor: bool,
+    /// Processes it monitors (on this node). Filled by
+    /// [`observe::process_info_full`](crate::observe::process_info_full)
+    /// (a scan of the table); empty from `process_info`.
+    pub monitors: Vec<Pid>,
+    /// Times it was resumed (graft's reductions).
+    pub runs: u64,
+    /// Time it ran, in nanoseconds (sampled every 2 ms: see
+    /// [`observe`](crate::observe)).
+    pub run_time_ns: u64,
+    /// Its stack's size (virtual).
+    pub stack_size: u64,
+    /// Stack bytes in use when it last suspended.
+    pub stack_in_use: u64,
+    /// Deepest use of its stack (resident pages; a pooled stack may show an
+    /// earlier owner's depth: an upper bound). Filled by
+    /// [`observe::process_info_full`](crate::observe::process_info_full)
+    /// (one `mincore` call); 0 from `process_info`.
+    pub stack_high_water: u64,
 }
 
-/// What `pid` is doing; `None` if it is not alive on this node.
+/// What `pid` is doing; `None` if it is not alive on this node. Cheap
+/// enough to poll; [`observe::process_info_full`](crate::observe::process_info_full)
+/// adds the costly fields, [`observe::process_info_on`](crate::observe::process_info_on)
+/// asks another node.
 ///
 /// ```
 /// use graft::*;
@@ -791,23 +840,7 @@ pub struct ProcessInfo {
 /// }).unwrap();
 /// ```
 pub fn process_info(pid: Pid) -> Option<ProcessInfo> {
-    let n = &context::worker()?.node;
-    // Another node's, or an earlier incarnation's of this node (dead).
-    if !n.is_ours(pid) {
-        return None;
-    }
-    n.table.with(pid.serial(), |p| {
-        let m = p.meta.lock();
-        ProcessInfo {
-            pid,
-            status: p.state.status(),
-            mailbox_len: p.mailbox.len(),
-            registered_name: m.name.clone(),
-            links: m.links.as_slice().to_vec(),
-            monitored_by: m.watchers.iter().map(|(_, w)| *w).collect(),
-            trap_exits: m.trap_exits,
-        }
-    })
+    crate::observe::info_of(&context::worker()?.node, pid)
 }
 
 /// Every live process on this node, sorted.

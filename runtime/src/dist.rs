@@ -187,6 +187,8 @@ impl crate::Message for DistReply {}
 struct Peer {
     info: PeerInfo,
     sender: PeerSender,
+    /// Frames and bytes each way (observe.rs).
+    counters: std::sync::Arc<crate::observe::PeerCounters>,
 }
 
 /// What completes when a connection to a node is lost; each record names
@@ -256,6 +258,29 @@ impl Dist {
             .map(|p| (p.info.name.clone(), p.info.listen_addr))
     }
 
+    /// Per connected node: (name, address, counters, bytes queued).
+    pub(crate) fn peer_stats(
+        &self,
+    ) -> Vec<(
+        String,
+        SocketAddr,
+        std::sync::Arc<crate::observe::PeerCounters>,
+        usize,
+    )> {
+        self.peers
+            .read()
+            .values()
+            .map(|p| {
+                (
+                    p.info.name.clone(),
+                    p.info.listen_addr,
+                    p.counters.clone(),
+                    p.sender.queued_bytes(),
+                )
+            })
+            .collect()
+    }
+
     /// The creation of the connected incarnation of `node`.
     pub(crate) fn creation_of(&self, node: NodeId) -> Option<u32> {
         self.peers.read().get(&node).map(|p| p.info.creation)
@@ -283,6 +308,7 @@ impl Dist {
             .get(&node)
             .filter(|p| only.is_none() || only == Some(p.info.id))
             .ok_or(Error::NoConnection(node))?;
+        peer.counters.sent(payload.len());
         queue(&peer.sender, kind, payload).map_err(|_| Error::NoConnection(node))
     }
 
@@ -342,7 +368,9 @@ impl Dist {
                 if peer.info.creation != to.creation() {
                     return; // an earlier incarnation: that process is dead
                 }
-                let _ = queue(&peer.sender, kind, &make());
+                let frame = make();
+                peer.counters.sent(frame.len());
+                let _ = queue(&peer.sender, kind, &frame);
                 return;
             }
         }
@@ -358,6 +386,7 @@ impl Dist {
         if peer.info.creation != to.creation() {
             return Some(false);
         }
+        peer.counters.sent(frame.len());
         Some(queue(&peer.sender, kind, frame).is_ok())
     }
 
@@ -613,6 +642,7 @@ impl Handler for NetHandler {
                 Peer {
                     info: peer.clone(),
                     sender,
+                    counters: Default::default(),
                 },
             );
         });
@@ -637,6 +667,9 @@ impl Handler for NetHandler {
             .get(usize::from(kind.wrapping_sub(KIND_DELIVER)))
         {
             c.fetch_add(1, Ordering::Relaxed);
+        }
+        if let Some(p) = n.dist.peers.read().get(&from) {
+            p.counters.received(payload.len());
         }
         match kind {
             KIND_DELIVER => on_deliver(&n, peer, payload),

@@ -92,12 +92,16 @@ mod loom;
 mod message;
 mod netmon;
 mod node;
+pub mod observe;
+pub mod observer;
 mod overflow;
 mod pid;
 mod process;
+pub mod report;
 mod sched;
 pub mod signal;
 mod stack;
+mod stats;
 mod table;
 mod wakeup;
 

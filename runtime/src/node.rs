@@ -63,6 +63,8 @@ pub struct NodeConfig {
     pub(crate) max_processes: usize,
     pub(crate) heartbeat: Option<Duration>,
     pub(crate) auto_connect: crate::netmon::AutoConnect,
+    pub(crate) observer: Option<crate::observer::ObserverConfig>,
+    pub(crate) default_logger: bool,
 }
 
 impl NodeConfig {
@@ -78,6 +80,8 @@ impl NodeConfig {
             max_processes: 1 << 20,
             heartbeat: None,
             auto_connect: Default::default(),
+            observer: None,
+            default_logger: true,
         }
     }
     /// The node's name, `name@host` (its [`NodeId`] is a hash of it, and it
@@ -141,6 +145,30 @@ impl NodeConfig {
         self.auto_connect = mode;
         self
     }
+    /// Serve the web observer (and `/metrics`) on `addr`, e.g.
+    /// `"127.0.0.1:9090"`; see [`observer`](crate::observer).
+    ///
+    /// ```
+    /// let cfg = graft::NodeConfig::new("127.0.0.1:0").observer("127.0.0.1:0");
+    /// # let _ = cfg;
+    /// ```
+    pub fn observer(mut self, addr: &str) -> NodeConfig {
+        self.observer = Some(crate::observer::ObserverConfig::new(addr));
+        self
+    }
+    /// Serve the web observer with full options (an access token, another
+    /// bind address); see [`ObserverConfig`](crate::observer::ObserverConfig).
+    pub fn observer_config(mut self, cfg: crate::observer::ObserverConfig) -> NodeConfig {
+        self.observer = Some(cfg);
+        self
+    }
+    /// Whether [`Node::start`] installs graft's small stderr logger when the
+    /// program has installed none (default `true`); see
+    /// [`report`](crate::report).
+    pub fn default_logger(mut self, on: bool) -> NodeConfig {
+        self.default_logger = on;
+        self
+    }
     /// The configured number of workers.
     pub fn worker_count(&self) -> usize {
         self.workers
@@ -196,6 +224,8 @@ pub(crate) struct NodeShared {
     live_lock: Mutex<()>,
     live_cv: Condvar,
     pub(crate) stopping: AtomicBool,
+    /// Accounting and node statistics (stats.rs).
+    pub(crate) stats: crate::stats::NodeStats,
 }
 
 /// How to spawn one process.
@@ -226,6 +256,7 @@ impl NodeShared {
     }
 
     /// Starts a process running `f`.
+    #[track_caller]
     pub(crate) fn spawn<F>(&self, spec: SpawnSpec, f: F) -> Result<Pid, Error>
     where
         F: FnOnce() + Send + 'static,
@@ -249,7 +280,12 @@ impl NodeShared {
         } else {
             None
         };
-        let p = Arc::new(Process::new(pid, pinned, spec.trap_exits, stack.guard()));
+        let mut proc = Process::new(pid, pinned, spec.trap_exits, stack.guard());
+        proc.acct = crate::stats::Acct::new(
+            std::panic::Location::caller(),
+            context::process().map(|p| p.pid),
+        );
+        let p = Arc::new(proc);
         let raw: *const Process = Arc::as_ptr(&p);
         let raw = RawProc(raw);
         p.set_coro(Coro::new(
@@ -267,6 +303,7 @@ impl NodeShared {
                         if me.forced_drop.load(Ordering::Relaxed) {
                             resume_unwind(payload);
                         }
+                        crate::report::note_unwind(me, &*payload);
                         exit_reason_of(&*payload)
                     }
                 }
@@ -394,6 +431,7 @@ impl NodeShared {
             drop(c.into_stack());
         }
         p.state.finish();
+        crate::report::on_exit(self, &p, &reason);
         let (links, watchers, name) = {
             let mut m = p.meta.lock();
             m.exited = true;
@@ -551,6 +589,9 @@ impl Node {
     /// `Error::Io` if the listen address does not parse or a thread cannot
     /// be started.
     pub fn start(config: NodeConfig) -> Result<Node, Error> {
+        if config.default_logger {
+            crate::report::install_default_logger();
+        }
         install_panic_hook();
         crate::overflow::install();
         if cfg!(panic = "abort") {
@@ -599,6 +640,7 @@ impl Node {
             live_lock: Mutex::new(()),
             live_cv: Condvar::new(),
             stopping: AtomicBool::new(false),
+            stats: crate::stats::NodeStats::new(config.workers),
         });
         // Reads the table of mobile functions now (and warns now if there
         // is none), not on the first remote spawn.
@@ -648,6 +690,12 @@ impl Node {
                 .name("graft-stacks".into())
                 .spawn(move || s.stacks.run_refill())?,
         );
+        let s = Arc::downgrade(&shared);
+        threads.push(
+            std::thread::Builder::new()
+                .name("graft-stats".into())
+                .spawn(move || crate::stats::run_sampler(s))?,
+        );
         let s = shared.clone();
         threads.push(
             std::thread::Builder::new()
@@ -666,6 +714,11 @@ impl Node {
             shared.dist.transport().map_or(addr, |t| t.local_addr()),
             config.workers
         );
+        if let Some(o) = &config.observer {
+            if let Err(e) = crate::observer::start(&shared, o) {
+                log::error!("graft: cannot start the observer on {}: {e}", o.addr);
+            }
+        }
         Ok(Node {
             shared,
             threads: Mutex::new(threads),
@@ -807,6 +860,7 @@ impl Node {
     ///
     /// `Error::NodeDown` when stopping; `Error::Resource` when no stack can be
     /// mapped.
+    #[track_caller]
     pub fn spawn<F>(&self, f: F) -> Result<Pid, Error>
     where
         F: FnOnce() + Send + 'static,
@@ -1010,11 +1064,12 @@ fn install_panic_hook() {
         let previous = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| match context::process() {
             Some(p) => {
+                // Kept for the crash report (one report per crash, made
+                // when the process ends; a panic it catches reports nothing).
                 let msg = panic_message(info.payload());
-                match info.location() {
-                    Some(l) => log::error!("graft: process {} panicked at {l}: {msg}", p.pid),
-                    None => log::error!("graft: process {} panicked: {msg}", p.pid),
-                }
+                let at = info.location().map(|l| l.to_string()).unwrap_or_default();
+                log::debug!("graft: process {} panicked at {at}: {msg}", p.pid);
+                p.meta.lock().panic = Some(Box::new((at, msg)));
             }
             None => previous(info),
         }));

@@ -221,6 +221,15 @@ pub(crate) struct Meta {
     pub(crate) trap_exits: bool,
     /// The process's active aliases: (reference id, flags), see `alias.rs`.
     pub(crate) aliases: LazyVec<(u64, u8)>,
+    /// What it runs, as its behaviour says (a gen_server's type); shown as
+    /// its initial call instead of the spawn location (see `observe`).
+    pub(crate) label: Option<Box<str>>,
+    /// It is a supervisor (see `observe::mark_supervisor`).
+    pub(crate) supervisor: bool,
+    /// Where and with what message it last panicked (for the crash report).
+    /// (Boxed: every entry carries the field, few processes panic.)
+    #[allow(clippy::box_collection)]
+    pub(crate) panic: Option<Box<(String, String)>>,
 }
 
 /// Cache lines [`Process::prefetch_stack`] asks for, starting
@@ -288,6 +297,8 @@ pub(crate) struct Process {
     /// About where the process's stack pointer was when it last suspended
     /// (0: never): a waker prefetches there, see [`Process::prefetch_stack`].
     parked_sp: AtomicUsize,
+    /// Accounting for operators (see `stats.rs`).
+    pub(crate) acct: crate::stats::Acct,
     coro: UnsafeCell<Option<Coro>>,
     local: UnsafeCell<Local>,
 }
@@ -330,6 +341,7 @@ impl Process {
             forced_drop: AtomicBool::new(false),
             guard,
             parked_sp: AtomicUsize::new(0),
+            acct: crate::stats::Acct::default(),
             coro: UnsafeCell::new(None),
             local: UnsafeCell::new(Local::default()),
         }
@@ -371,6 +383,13 @@ impl Process {
     #[inline]
     pub(crate) fn note_parked_sp(&self, sp: usize) {
         self.parked_sp.store(sp, Ordering::Relaxed);
+    }
+
+    /// Where the stack pointer was when the process last suspended (0:
+    /// never), for the stack-in-use figure of `process_info`.
+    #[inline]
+    pub(crate) fn parked_sp(&self) -> usize {
+        self.parked_sp.load(Ordering::Relaxed)
     }
 
     /// Asks the cache for the part of the stack the process resumes on (its

@@ -548,6 +548,22 @@ impl StackPool {
         }
     }
 
+    /// Bytes mapped for stacks (guard pages included), and of them resident
+    /// (measured with `mincore` when `resident` is asked for).
+    pub(crate) fn mapped(&self, resident: bool) -> (usize, usize) {
+        let slabs = self.slabs.lock();
+        let mapped = slabs.iter().map(|s| s.len).sum();
+        let res = if resident {
+            slabs
+                .iter()
+                .map(|s| crate::stats::resident(s.addr, s.len))
+                .sum()
+        } else {
+            0
+        };
+        (mapped, res)
+    }
+
     /// Stops the refill thread.
     pub(crate) fn stop(&self) {
         self.refill.lock().stop = true;

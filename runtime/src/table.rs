@@ -61,6 +61,16 @@ impl ProcessTable {
         v
     }
 
+    /// Runs `f` on every live process (shard by shard, under its read lock:
+    /// `f` must not touch the table).
+    pub(crate) fn for_each(&self, mut f: impl FnMut(&Arc<Process>)) {
+        for s in &self.shards {
+            for p in s.read().values() {
+                f(p);
+            }
+        }
+    }
+
     /// Takes every process out (node shutdown).
     pub(crate) fn drain(&self) -> Vec<Arc<Process>> {
         let mut v = Vec::new();

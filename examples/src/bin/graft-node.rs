@@ -9,6 +9,14 @@
 //! ```
 //!
 //! Prints `listening on ADDR` and `node NAME` (one line each) once ready.
+//!
+//! `--observer 127.0.0.1:PORT` serves the web observer there (and
+//! `/metrics`; `--observer-token T` requires a token), printing
+//! `observer on http://ADDR/`.
+//!
+//! `graft-node top --node ADDR [--cookie C] [--count N] [--every MS]`
+//! joins the node at ADDR and prints its busiest processes, refreshing, like
+//! Erlang's `etop`.
 
 use graft::*;
 use graft_examples::NodeArgs;
@@ -16,6 +24,13 @@ use std::io::Write;
 
 fn main() {
     env_logger::init();
+    if std::env::args().nth(1).as_deref() == Some("top") {
+        let args = NodeArgs::parse(std::env::args().skip(2)).unwrap_or_else(|e| {
+            eprintln!("graft-node top: {e}");
+            std::process::exit(2)
+        });
+        std::process::exit(graft_examples::top::run(&args));
+    }
     let args = NodeArgs::from_env("graft-node");
     let node = match Node::start(args.config()) {
         Ok(n) => n,
@@ -50,6 +65,21 @@ fn main() {
     let mut out = std::io::stdout();
     let _ = writeln!(out, "listening on {}", node.addr());
     let _ = writeln!(out, "node {}", node.name());
+    if let Some(addr) = args.get("--observer") {
+        let mut cfg = graft::observer::ObserverConfig::new(addr);
+        if let Some(t) = args.get("--observer-token") {
+            cfg = cfg.token(t);
+        }
+        match graft::observer::serve(&node, &cfg) {
+            Ok(a) => {
+                let _ = writeln!(out, "observer on http://{a}/");
+            }
+            Err(e) => {
+                eprintln!("graft-node: observer: {e}");
+                std::process::exit(1);
+            }
+        }
+    }
     let _ = out.flush();
     // Serve until killed.
     loop {

@@ -121,6 +121,9 @@ impl<R, C: Clauses<R>, K: Clause<R>> Clauses<R> for (C, K) {
 /// The value of mail a typed clause has matched.
 #[inline]
 fn take_matched<A: Message>(m: Mail) -> A {
+    if crate::observe::tracing() {
+        crate::observe::trace_received(std::any::type_name::<A>());
+    }
     match m.take::<A>() {
         Ok(a) => a,
         Err(_) => unreachable!("graft: clause type checked before"),
@@ -167,6 +170,9 @@ impl<R, F: FnOnce(Unknown) -> R> Clause<R> for Any<F> {
         !matches!(m, Mail::Signal { .. } | Mail::Dropped)
     }
     fn run(self, m: Mail) -> R {
+        if crate::observe::tracing() {
+            crate::observe::trace_received(&format!("{m:?} (matched by any)"));
+        }
         (self.0)(Unknown(m))
     }
 }

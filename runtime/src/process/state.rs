@@ -33,7 +33,7 @@ const NOTIFY: u32 = 4;
 const DONE: u32 = 8;
 
 /// What a process is doing, as seen from outside (for `process_info`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, graft_derive::Mobile)]
 pub enum Status {
     /// Parked, waiting for a message, timer or signal.
     Waiting,

@@ -198,7 +198,12 @@ impl WorkerCtx {
                 self.current.set(std::ptr::null());
                 return;
             };
-            match coro.resume() {
+            // Accounting (stats.rs): plain stores, no clock.
+            p.acct.ran();
+            self.node.stats.running(self.index, p);
+            let step = coro.resume();
+            self.node.stats.between(self.index);
+            match step {
                 Step::Suspended(Suspend::Park) => {
                     if p.state.park() {
                         break;
