@@ -827,7 +827,7 @@ fn a_call_to_a_machine_whose_node_is_gone_fails_without_hanging() {
     a.run(move || {
         let r = sw.call_timeout(SwitchCall::Where, HANG);
         assert!(
-            matches!(r, Err(CallError::Remote(_) | CallError::NoProc)),
+            matches!(r, Err(CallError::NoConnection | CallError::NoProc)),
             "{r:?}"
         );
     })
