@@ -65,7 +65,7 @@
 //!   `$HOME/.graft.cookie` (created with mode 0600).
 //! * **Diagnostics**: [`RawClient`] speaks the protocol on the caller's
 //!   thread and can send anything, for tools and fault-injection tests.
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
 mod config;
 mod conn;
@@ -74,7 +74,10 @@ mod error;
 mod frame;
 mod handshake;
 mod peer;
+mod pending;
+mod poll;
 mod raw;
+mod session;
 mod transport;
 
 pub use config::NetConfig;
@@ -82,5 +85,6 @@ pub use cookie::{read_or_create_cookie_file, resolve_cookie, COOKIE_ENV, COOKIE_
 pub use error::NetError;
 pub use frame::FIRST_USER_KIND;
 pub use peer::{Handler, PeerId, PeerInfo};
+pub use pending::HandshakeStats;
 pub use raw::RawClient;
 pub use transport::{PeerSender, Transport};
