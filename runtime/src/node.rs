@@ -62,6 +62,8 @@ pub struct NodeConfig {
     pub(crate) shutdown_timeout: Duration,
     pub(crate) max_processes: usize,
     pub(crate) heartbeat: Option<Duration>,
+    pub(crate) max_pending_handshakes: Option<usize>,
+    pub(crate) handshake_timeout: Option<Duration>,
 }
 
 impl NodeConfig {
@@ -76,6 +78,8 @@ impl NodeConfig {
             shutdown_timeout: Duration::from_secs(5),
             max_processes: 1 << 20,
             heartbeat: None,
+            max_pending_handshakes: None,
+            handshake_timeout: None,
         }
     }
     /// The node's name (default `graft@<listen address>`).
@@ -117,6 +121,30 @@ impl NodeConfig {
     /// declared lost (default 1 s).
     pub fn heartbeat(mut self, tick: Duration) -> NodeConfig {
         self.heartbeat = Some(tick);
+        self
+    }
+    /// At most this many inbound connections in their handshake at once
+    /// (default 64); beyond it, new sockets are closed at once. Pending
+    /// handshakes hold no thread.
+    ///
+    /// ```
+    /// let cfg = graft::NodeConfig::new("127.0.0.1:0").max_pending_handshakes(16);
+    /// # let _ = cfg;
+    /// ```
+    pub fn max_pending_handshakes(mut self, n: usize) -> NodeConfig {
+        self.max_pending_handshakes = Some(n);
+        self
+    }
+    /// How long an inbound connection has to complete its handshake
+    /// (default 5 s).
+    ///
+    /// ```
+    /// let cfg = graft::NodeConfig::new("127.0.0.1:0")
+    ///     .handshake_timeout(std::time::Duration::from_secs(2));
+    /// # let _ = cfg;
+    /// ```
+    pub fn handshake_timeout(mut self, timeout: Duration) -> NodeConfig {
+        self.handshake_timeout = Some(timeout);
         self
     }
     /// The configured number of workers.
@@ -584,6 +612,12 @@ impl Node {
             .cookie(cookie);
         if let Some(tick) = config.heartbeat {
             net = net.heartbeat(tick);
+        }
+        if let Some(n) = config.max_pending_handshakes {
+            net = net.max_pending_handshakes(n);
+        }
+        if let Some(t) = config.handshake_timeout {
+            net = net.handshake_timeout(t);
         }
         let handler = Arc::new(NetHandler {
             node: Arc::downgrade(&shared),

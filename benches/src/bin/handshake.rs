@@ -25,7 +25,7 @@ fn main() {
     let server = Transport::start(NetConfig::new("server", any).cookie("graftbench"), Arc::new(Quiet))
         .expect("server");
     let addr = server.local_addr();
-    let mut run = |n: usize, tag: &str| {
+    let run = |n: usize, tag: &str| {
         let t0 = Instant::now();
         for i in 0..n {
             let cfg = NetConfig::new(format!("client-{tag}-{i}"), any).cookie("graftbench");
