@@ -33,6 +33,7 @@ pub struct NetConfig {
     pub(crate) connect_timeout: Duration,
     pub(crate) max_pending_handshakes: usize,
     pub(crate) handshake_timeout: Duration,
+    pub(crate) encrypt: bool,
 }
 
 impl NetConfig {
@@ -70,6 +71,7 @@ impl NetConfig {
             connect_timeout: Self::DEFAULT_CONNECT_TIMEOUT,
             max_pending_handshakes: Self::DEFAULT_MAX_PENDING_HANDSHAKES,
             handshake_timeout: Self::DEFAULT_HANDSHAKE_TIMEOUT,
+            encrypt: false,
         }
     }
 
@@ -162,6 +164,22 @@ impl NetConfig {
         self
     }
 
+    /// Whether to encrypt every frame after the handshake (AES-256-GCM with
+    /// the session's keys). Off by default: frames are then authenticated
+    /// (a BLAKE3 MAC keyed per connection and direction, over a running
+    /// counter), so nothing can be forged, replayed, reordered or moved to
+    /// another connection, but they travel readable. A connection is
+    /// encrypted when either side asks for it. See `docs/security.md`.
+    ///
+    /// ```
+    /// let cfg = graft_net::NetConfig::new("n", "127.0.0.1:0".parse().unwrap()).encrypt(true);
+    /// # let _ = cfg;
+    /// ```
+    pub fn encrypt(mut self, on: bool) -> Self {
+        self.encrypt = on;
+        self
+    }
+
     /// The node name.
     pub fn name(&self) -> &str {
         &self.name
@@ -232,6 +250,7 @@ impl fmt::Debug for NetConfig {
             .field("connect_timeout", &self.connect_timeout)
             .field("max_pending_handshakes", &self.max_pending_handshakes)
             .field("handshake_timeout", &self.handshake_timeout)
+            .field("encrypt", &self.encrypt)
             .finish()
     }
 }

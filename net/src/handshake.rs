@@ -61,7 +61,7 @@ const MAGIC: &[u8; 4] = b"GRFT";
 /// Largest handshake frame accepted (every handshake frame is small).
 pub(crate) const MAX_HANDSHAKE_FRAME: usize = 4096;
 /// The Noise protocol.
-const NOISE: &str = "Noise_NNpsk0_25519_ChaChaPoly_BLAKE2s";
+const NOISE: &str = "Noise_NNpsk0_25519_AESGCM_BLAKE2s";
 /// Context of the pre-shared key's derivation from the cookie.
 const PSK_CONTEXT: &str = "graft-net 2026-12 noise psk v2";
 
@@ -84,6 +84,8 @@ pub(crate) struct Identity {
     pub(crate) heartbeat_ms: u32,
     /// The Noise pre-shared key, derived from the cookie.
     pub(crate) psk: [u8; 32],
+    /// Whether we want records encrypted (else only authenticated).
+    pub(crate) encrypt: bool,
 }
 
 impl Identity {
@@ -97,6 +99,7 @@ impl Identity {
             fingerprint: cfg.fingerprint,
             heartbeat_ms: cfg.heartbeat_ms(),
             psk: psk(cookie),
+            encrypt: cfg.encrypt,
         }
     }
 
@@ -107,6 +110,7 @@ impl Identity {
             creation: self.creation,
             fingerprint: self.fingerprint,
             heartbeat_ms: self.heartbeat_ms,
+            encrypt: self.encrypt,
         }
     }
 }
@@ -124,6 +128,8 @@ pub(crate) struct Hello {
     pub(crate) creation: u32,
     pub(crate) fingerprint: u64,
     pub(crate) heartbeat_ms: u32,
+    /// The peer wants records encrypted.
+    pub(crate) encrypt: bool,
 }
 
 impl Hello {
@@ -144,6 +150,7 @@ impl Hello {
         v.extend_from_slice(&self.creation.to_be_bytes());
         v.extend_from_slice(&self.fingerprint.to_be_bytes());
         v.extend_from_slice(&self.heartbeat_ms.to_be_bytes());
+        v.push(u8::from(self.encrypt));
         for s in [self.name.as_bytes(), addr.as_bytes()] {
             v.extend_from_slice(&(s.len() as u16).to_be_bytes());
             v.extend_from_slice(s);
@@ -156,6 +163,11 @@ impl Hello {
         let creation = u32::from_be_bytes(r.array()?);
         let fingerprint = u64::from_be_bytes(r.array()?);
         let heartbeat_ms = u32::from_be_bytes(r.array()?);
+        let encrypt = match r.array::<1>()? {
+            [0] => false,
+            [1] => true,
+            _ => return Err("unknown identity flags".into()),
+        };
         let name = r.string()?;
         if name.is_empty() {
             return Err("empty node name".into());
@@ -173,6 +185,7 @@ impl Hello {
             creation,
             fingerprint,
             heartbeat_ms,
+            encrypt,
         })
     }
 }
@@ -279,7 +292,7 @@ pub(crate) struct Handshake {
     phase: Phase,
     noise: Option<Box<snow::HandshakeState>>,
     psk: [u8; 32],
-    keys: Option<snow::StatelessTransportState>,
+    keys: Option<Session>,
     transcript: [u8; 32],
     peer: Option<Hello>,
     /// Bytes received and not yet consumed.
@@ -429,7 +442,7 @@ impl Handshake {
                     .write_message(&self.me.encode(), &mut buf)
                     .map_err(|e| NetError::Handshake(format!("cannot write our message: {e}")))?;
                 frame::encode(&mut self.out, kind::NOISE, 0, &buf[..n]);
-                self.finish_noise(hs)?;
+                self.finish_noise(hs, false, theirs.encrypt);
                 self.peer = Some(theirs);
                 self.phase = Phase::Confirm;
                 Ok(None)
@@ -443,18 +456,18 @@ impl Handshake {
                     ));
                 };
                 let theirs = self.identity(&buf[..n])?;
-                self.finish_noise(hs)?;
+                self.finish_noise(hs, true, theirs.encrypt);
                 self.peer = Some(theirs.clone());
                 self.phase = Phase::Register;
                 Ok(Some(Step::Register(theirs)))
             }
             (Phase::Confirm, kind::NOISE) => {
-                let mut buf = [0u8; 64];
                 let opened = (p.len() == 1 + 32 + TAG)
-                    .then(|| self.keys().read_message(0, p, &mut buf).ok())
+                    .then(|| self.keys().open_message(p))
                     .flatten();
+                let buf = opened.unwrap_or_default();
                 // The transcript hash compared in constant time.
-                let ok = opened == Some(33)
+                let ok = buf.len() == 33
                     && blake3::Hash::from(self.transcript)
                         == blake3::Hash::from(<[u8; 32]>::try_from(&buf[1..33]).expect("32"));
                 if !ok {
@@ -471,15 +484,14 @@ impl Handshake {
                 Ok(Some(Step::Decide(theirs)))
             }
             (Phase::Verdict, kind::NOISE) => {
-                let mut buf = [0u8; 16];
                 let opened = (p.len() == 1 + TAG)
-                    .then(|| self.keys().read_message(0, p, &mut buf).ok())
+                    .then(|| self.keys().open_message(p))
                     .flatten();
                 let theirs = self.peer.clone().expect("peer known");
                 self.phase = Phase::Done;
-                match (opened, buf[0]) {
-                    (Some(1), status::OK) => Ok(Some(Step::Up(theirs))),
-                    (Some(1), status::DUPLICATE) => Ok(Some(Step::Duplicate(theirs))),
+                match opened.as_deref() {
+                    Some([status::OK]) => Ok(Some(Step::Up(theirs))),
+                    Some([status::DUPLICATE]) => Ok(Some(Step::Duplicate(theirs))),
                     _ => {
                         self.phase = Phase::Failed;
                         Err(NetError::Handshake(format!(
@@ -532,17 +544,22 @@ impl Handshake {
         Ok(theirs)
     }
 
-    fn finish_noise(&mut self, hs: Box<snow::HandshakeState>) -> Result<(), NetError> {
+    /// The transcript hash and the session keys of a finished pattern
+    /// (Noise's `Split()`: the first key is the initiator's sending key).
+    /// Records are encrypted when either side asks for it.
+    fn finish_noise(&mut self, mut hs: Box<snow::HandshakeState>, initiator: bool, theirs: bool) {
         self.transcript.copy_from_slice(hs.get_handshake_hash());
-        let keys = hs
-            .into_stateless_transport_mode()
-            .map_err(|e| NetError::Handshake(format!("cannot finish the handshake: {e}")))?;
-        self.keys = Some(keys);
-        Ok(())
+        let (i_to_a, a_to_i) = hs.dangerously_get_raw_split();
+        let encrypt = self.me.encrypt || theirs;
+        self.keys = Some(if initiator {
+            Session::new(&i_to_a, &a_to_i, encrypt)
+        } else {
+            Session::new(&a_to_i, &i_to_a, encrypt)
+        });
     }
 
-    fn keys(&self) -> &snow::StatelessTransportState {
-        self.keys.as_ref().expect("keys after the noise messages")
+    fn keys(&mut self) -> &mut Session {
+        self.keys.as_mut().expect("keys after the noise messages")
     }
 
     /// Initiator, after [`Step::Register`]: `keep` confirms the key and
@@ -567,12 +584,8 @@ impl Handshake {
     }
 
     fn seal_handshake(&mut self, plain: &[u8]) -> Result<(), NetError> {
-        let mut buf = [0u8; 64];
-        let n = self
-            .keys()
-            .write_message(0, plain, &mut buf)
-            .map_err(|e| NetError::Handshake(format!("cannot seal: {e}")))?;
-        frame::encode(&mut self.out, kind::NOISE, 0, &buf[..n]);
+        let m = self.keys().seal_message(plain)?;
+        frame::encode(&mut self.out, kind::NOISE, 0, &m);
         Ok(())
     }
 
@@ -582,7 +595,7 @@ impl Handshake {
     pub(crate) fn take_session(&mut self) -> (Session, Vec<u8>) {
         assert_eq!(self.phase, Phase::Done, "session before the handshake is done");
         let keys = self.keys.take().expect("keys when done, taken once");
-        (Session::new(keys, 1, 1), std::mem::take(&mut self.inbuf))
+        (keys, std::mem::take(&mut self.inbuf))
     }
 }
 
@@ -706,6 +719,7 @@ mod tests {
             fingerprint: 0xdead_beef,
             heartbeat_ms: 1000,
             psk: psk(cookie),
+            encrypt: cookie.ends_with("+enc"),
         }
     }
 
@@ -837,6 +851,17 @@ mod tests {
             let e = acc.feed(&bad).unwrap_err();
             assert!(matches!(e, NetError::Auth { .. }), "{e:?}");
         }
+        // A confirmation sealed with the acceptor's own sending key (a
+        // proof for the other direction), transcript and all: refused.
+        let mut acc = Handshake::acceptor(&a);
+        let mut ini = Handshake::initiator(&i).unwrap();
+        acc.feed(&ini.take_output()).unwrap();
+        let mut plain = vec![status::OK];
+        plain.extend_from_slice(&acc.transcript);
+        let forged = acc.keys().seal_message(&plain).unwrap();
+        let mut wire = Vec::new();
+        frame::encode(&mut wire, kind::NOISE, 0, &forged);
+        assert!(matches!(acc.feed(&wire), Err(NetError::Auth { .. })));
         // And the honest pair still works.
         let (d, u) = pair(&i, &a).unwrap();
         assert!(matches!((d, u), (Step::Decide(_), Step::Up(_))));

@@ -64,6 +64,7 @@ pub struct NodeConfig {
     pub(crate) heartbeat: Option<Duration>,
     pub(crate) max_pending_handshakes: Option<usize>,
     pub(crate) handshake_timeout: Option<Duration>,
+    pub(crate) encrypt: bool,
 }
 
 impl NodeConfig {
@@ -80,6 +81,7 @@ impl NodeConfig {
             heartbeat: None,
             max_pending_handshakes: None,
             handshake_timeout: None,
+            encrypt: false,
         }
     }
     /// The node's name (default `graft@<listen address>`).
@@ -145,6 +147,20 @@ impl NodeConfig {
     /// ```
     pub fn handshake_timeout(mut self, timeout: Duration) -> NodeConfig {
         self.handshake_timeout = Some(timeout);
+        self
+    }
+    /// Encrypt all distribution traffic (AES-256-GCM with keys from the
+    /// handshake) instead of only authenticating it (the default: every
+    /// frame carries a MAC, so none can be forged or replayed, but they
+    /// can be read on the wire). A connection is encrypted when either
+    /// node asks for it. See `docs/security.md`.
+    ///
+    /// ```
+    /// let cfg = graft::NodeConfig::new("127.0.0.1:0").encrypt(true);
+    /// # let _ = cfg;
+    /// ```
+    pub fn encrypt(mut self, on: bool) -> NodeConfig {
+        self.encrypt = on;
         self
     }
     /// The configured number of workers.
@@ -619,6 +635,7 @@ impl Node {
         if let Some(t) = config.handshake_timeout {
             net = net.handshake_timeout(t);
         }
+        net = net.encrypt(config.encrypt);
         let handler = Arc::new(NetHandler {
             node: Arc::downgrade(&shared),
         });
