@@ -6,8 +6,8 @@
 //! sockets.
 //!
 //! It is the Noise framework's `NNpsk0` pattern
-//! (`Noise_NNpsk0_25519_ChaChaPoly_BLAKE2s`, the `snow` crate), with the
-//! pre-shared key derived from the cookie:
+//! (`Noise_NNpsk0_25519_AESGCM_BLAKE2s`, the `snow` crate), with the
+//! pre-shared key derived from the cookie (`blake3::derive_key`):
 //!
 //! ```text
 //!  initiator (connect)                           acceptor (listener)
@@ -42,9 +42,13 @@
 //! version-1 format, which it reports as "refused: protocol version 1 is not
 //! supported (ours is 2)"; we report its refusal of our preface likewise.
 //!
+//! The two key-confirmation messages and everything after them use the
+//! session keys of Noise's `Split()` (see `session.rs`): AES-256-GCM when
+//! either side asked for encryption, else a BLAKE3 MAC per record.
+//!
 //! Identity payload: creation u32, fingerprint u64, heartbeat tick in ms
-//! u32, name (u16 length + UTF-8), listen address (u16 length + `SocketAddr`
-//! text), big-endian. Handshake frames are never compressed and at most
+//! u32, flags u8 (bit 0: encrypt), name (u16 length + UTF-8), listen
+//! address (u16 length + `SocketAddr` text), big-endian. Handshake frames are never compressed and at most
 //! [`MAX_HANDSHAKE_FRAME`] bytes.
 
 use std::io::{Read, Write};
@@ -351,7 +355,9 @@ impl Handshake {
     /// send it (best effort) and close.
     pub(crate) fn feed(&mut self, data: &[u8]) -> Result<Step, NetError> {
         if matches!(self.phase, Phase::Failed | Phase::Done) {
-            return Err(NetError::Handshake("bytes after the end of the handshake".into()));
+            return Err(NetError::Handshake(
+                "bytes after the end of the handshake".into(),
+            ));
         }
         self.inbuf.extend_from_slice(data);
         let r = self.run();
@@ -391,7 +397,9 @@ impl Handshake {
             )));
         }
         if flags != 0 {
-            return Err(NetError::Handshake("compressed or flagged handshake frame".into()));
+            return Err(NetError::Handshake(
+                "compressed or flagged handshake frame".into(),
+            ));
         }
         if self.inbuf.len() < HEADER_LEN + len {
             return Ok(None);
@@ -416,7 +424,10 @@ impl Handshake {
     }
 
     fn peer_name(&self) -> String {
-        self.peer.as_ref().map(|p| p.name.clone()).unwrap_or_default()
+        self.peer
+            .as_ref()
+            .map(|p| p.name.clone())
+            .unwrap_or_default()
     }
 
     fn on_frame(&mut self, k: u8, p: &[u8]) -> Result<Option<Step>, NetError> {
@@ -523,7 +534,9 @@ impl Handshake {
             return Err(NetError::Handshake(why));
         }
         if p.len() != 6 {
-            return Err(NetError::Handshake("trailing bytes after the preface".into()));
+            return Err(NetError::Handshake(
+                "trailing bytes after the preface".into(),
+            ));
         }
         Ok(())
     }
@@ -593,7 +606,11 @@ impl Handshake {
     /// and the bytes received past the handshake. Only once `Done`.
     /// Output not yet taken stays (the verdict, for the acceptor).
     pub(crate) fn take_session(&mut self) -> (Session, Vec<u8>) {
-        assert_eq!(self.phase, Phase::Done, "session before the handshake is done");
+        assert_eq!(
+            self.phase,
+            Phase::Done,
+            "session before the handshake is done"
+        );
         let keys = self.keys.take().expect("keys when done, taken once");
         (keys, std::mem::take(&mut self.inbuf))
     }
@@ -687,7 +704,12 @@ pub(crate) fn initiate(
         }
         s.set_read_timeout(Some(left))?;
         let n = match s.read(&mut buf) {
-            Ok(0) => return Err(at(NetError::Handshake("closed by the peer".into()), &remote)),
+            Ok(0) => {
+                return Err(at(
+                    NetError::Handshake("closed by the peer".into()),
+                    &remote,
+                ))
+            }
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e.into()),
@@ -756,9 +778,13 @@ mod tests {
         let mut ini = Handshake::initiator(&i).unwrap();
         let mut acc = Handshake::acceptor(&a);
         acc.feed(&ini.take_output()).unwrap();
-        let Step::Register(_) = ini.feed(&acc.take_output()).unwrap() else { panic!() };
+        let Step::Register(_) = ini.feed(&acc.take_output()).unwrap() else {
+            panic!()
+        };
         ini.confirm(true).unwrap();
-        let Step::Decide(h) = acc.feed(&ini.take_output()).unwrap() else { panic!() };
+        let Step::Decide(h) = acc.feed(&ini.take_output()).unwrap() else {
+            panic!()
+        };
         assert_eq!(h.name, "i");
         acc.verdict(true).unwrap();
         // The acceptor's first record may follow its verdict at once.
@@ -766,7 +792,9 @@ mod tests {
         let (sa, _) = acc.take_session();
         let (mut seal_a, _) = sa.split();
         seal_a.seal(b"first record", &mut wire).unwrap();
-        let Step::Up(h) = ini.feed(&wire).unwrap() else { panic!() };
+        let Step::Up(h) = ini.feed(&wire).unwrap() else {
+            panic!()
+        };
         assert_eq!(h.name, "a");
         let (si, rest) = ini.take_session();
         let (_, open_i) = si.split();
@@ -797,7 +825,9 @@ mod tests {
         // The real handshake.
         let mut acc = Handshake::acceptor(&a);
         acc.feed(&recorded).unwrap();
-        let Step::Register(_) = ini.feed(&acc.take_output()).unwrap() else { panic!() };
+        let Step::Register(_) = ini.feed(&acc.take_output()).unwrap() else {
+            panic!()
+        };
         ini.confirm(true).unwrap();
         let real_confirm = ini.take_output();
         // A stranger replays the recorded first message on a new
@@ -823,22 +853,30 @@ mod tests {
         let mut acc1 = Handshake::acceptor(&a);
         acc1.feed(&ini1.take_output()).unwrap();
         let msg2 = acc1.take_output();
-        let Step::Register(_) = ini1.feed(&msg2).unwrap() else { panic!() };
+        let Step::Register(_) = ini1.feed(&msg2).unwrap() else {
+            panic!()
+        };
         // The acceptor's own verdict message reflected back as the
         // initiator's confirmation (the other direction): refused.
         let mut acc_b = Handshake::acceptor(&a);
         let mut ini_b = Handshake::initiator(&i).unwrap();
         acc_b.feed(&ini_b.take_output()).unwrap();
-        let Step::Register(_) = ini_b.feed(&acc_b.take_output()).unwrap() else { panic!() };
+        let Step::Register(_) = ini_b.feed(&acc_b.take_output()).unwrap() else {
+            panic!()
+        };
         ini_b.confirm(true).unwrap();
-        let Step::Decide(_) = acc_b.feed(&ini_b.take_output()).unwrap() else { panic!() };
+        let Step::Decide(_) = acc_b.feed(&ini_b.take_output()).unwrap() else {
+            panic!()
+        };
         acc_b.verdict(true).unwrap();
         let reflected = acc_b.take_output();
         // Connection 2's confirmation presented on connection 1.
         let mut ini2 = Handshake::initiator(&i).unwrap();
         let mut acc2 = Handshake::acceptor(&a);
         acc2.feed(&ini2.take_output()).unwrap();
-        let Step::Register(_) = ini2.feed(&acc2.take_output()).unwrap() else { panic!() };
+        let Step::Register(_) = ini2.feed(&acc2.take_output()).unwrap() else {
+            panic!()
+        };
         ini2.confirm(true).unwrap();
         let other_conn = ini2.take_output();
         let mut acc1b = Handshake::acceptor(&a);
@@ -877,12 +915,18 @@ mod tests {
         frame::encode(&mut wire, kind::HELLO, 0, &p);
         let mut acc = Handshake::acceptor(&id("a", "c"));
         let e = acc.feed(&wire).unwrap_err();
-        assert!(e.to_string().contains("version 1") && e.to_string().contains("ours is 2"), "{e}");
+        assert!(
+            e.to_string().contains("version 1") && e.to_string().contains("ours is 2"),
+            "{e}"
+        );
         let out = acc.take_output();
         assert_eq!(out[4], kind::STATUS);
         assert_eq!(out[6], status::REFUSED);
         let why = String::from_utf8_lossy(&out[7..]);
-        assert!(why.contains("protocol version 1 is not supported (ours is 2)"), "{why}");
+        assert!(
+            why.contains("protocol version 1 is not supported (ours is 2)"),
+            "{why}"
+        );
         // And a version-1 acceptor's refusal of our preface, as the
         // initiator reports it.
         let mut ini = Handshake::initiator(&id("i", "c")).unwrap();
@@ -894,7 +938,11 @@ mod tests {
             b"\x03protocol version 2 is not supported (ours is 1)",
         );
         let e = ini.feed(&refusal).unwrap_err();
-        assert!(e.to_string().contains("version 2 is not supported (ours is 1)"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("version 2 is not supported (ours is 1)"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -909,7 +957,9 @@ mod tests {
         }
         // A length bomb is refused at once, from its header alone.
         let mut acc = Handshake::acceptor(&a);
-        let e = acc.feed(&[0xff, 0xff, 0xff, 0xff, kind::HELLO, 0]).unwrap_err();
+        let e = acc
+            .feed(&[0xff, 0xff, 0xff, 0xff, kind::HELLO, 0])
+            .unwrap_err();
         assert!(e.to_string().contains("maximum"), "{e}");
         // Garbage, flags, wrong kinds, a corrupted first message.
         for bad in [

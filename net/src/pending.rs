@@ -101,7 +101,7 @@ impl Pending {
     pub(crate) fn drive(&mut self, me: &Identity) -> Driven {
         let mut buf = [0u8; 2048];
         loop {
-            let n = match (&mut &*self.sock.get()).read(&mut buf) {
+            let n = match (&mut self.sock.get()).read(&mut buf) {
                 Ok(0) => return Driven::Failed(NetError::Closed),
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -142,7 +142,7 @@ impl Pending {
             return Ok(());
         }
         let out = hs.take_output();
-        match (&mut &*self.sock.get()).write(&out) {
+        match (&mut self.sock.get()).write(&out) {
             Ok(n) if n == out.len() => Ok(()),
             Ok(_) => Err(NetError::Handshake("the peer does not read".into())),
             Err(e) => Err(e.into()),

@@ -3,12 +3,22 @@
 //!
 //! ```text
 //!  +-----------+---------------------------------------------+
-//!  | length u16|  ChaCha20-Poly1305(plaintext) + 16 B tag     |
+//!  | length u16|  protected plaintext        | 16 B tag       |
 //!  +-----------+---------------------------------------------+
 //! ```
 //!
-//! `length` is the ciphertext's length (16 to 65535 bytes), big-endian. The
-//! plaintext is a slice of the ordinary frame stream (see `frame.rs`):
+//! `length` is the record's length after the length field (16 to 65535
+//! bytes), big-endian. Records are protected in one of two ways, chosen in
+//! the handshake (encrypted when either side asks):
+//!
+//! * **encrypted**: AES-256-GCM (the Noise `AESGCM` cipher functions:
+//!   nonce = 32 zero bits and the counter, empty associated data);
+//! * **authenticated** (the default): the plaintext, then a 16-byte tag,
+//!   BLAKE3 keyed with a key derived from the direction's session key, over
+//!   the counter and the plaintext. Nothing can be forged, replayed or moved,
+//!   but it can be read.
+//!
+//! The plaintext is a slice of the ordinary frame stream (see `frame.rs`):
 //! record boundaries need not match frame boundaries, so the writer seals
 //! the whole coalesced batch it is about to write (in records of at most
 //! 64 KiB) rather than each frame. The nonce is implicit: a counter per
@@ -125,7 +135,9 @@ pub(crate) struct Sealer {
 
 impl std::fmt::Debug for Sealer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Sealer").field("nonce", &self.nonce).finish_non_exhaustive()
+        f.debug_struct("Sealer")
+            .field("nonce", &self.nonce)
+            .finish_non_exhaustive()
     }
 }
 
@@ -180,7 +192,9 @@ pub(crate) struct Opener {
 
 impl std::fmt::Debug for Opener {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Opener").field("nonce", &self.nonce).finish_non_exhaustive()
+        f.debug_struct("Opener")
+            .field("nonce", &self.nonce)
+            .finish_non_exhaustive()
     }
 }
 
@@ -362,11 +376,17 @@ mod tests {
         let mut i = Handshake::initiator(&id("i")).unwrap();
         let mut a = Handshake::acceptor(&id("a"));
         a.feed(&i.take_output()).unwrap();
-        let Step::Register(_) = i.feed(&a.take_output()).unwrap() else { panic!() };
+        let Step::Register(_) = i.feed(&a.take_output()).unwrap() else {
+            panic!()
+        };
         i.confirm(true).unwrap();
-        let Step::Decide(_) = a.feed(&i.take_output()).unwrap() else { panic!() };
+        let Step::Decide(_) = a.feed(&i.take_output()).unwrap() else {
+            panic!()
+        };
         a.verdict(true).unwrap();
-        let Step::Up(_) = i.feed(&a.take_output()).unwrap() else { panic!() };
+        let Step::Up(_) = i.feed(&a.take_output()).unwrap() else {
+            panic!()
+        };
         (i.take_session().0, a.take_session().0)
     }
 
@@ -382,7 +402,9 @@ mod tests {
         let (si, sa) = pair();
         let (mut seal, _) = si.split();
         let (_, open) = sa.split();
-        let msgs: Vec<Vec<u8>> = (0..50u32).map(|n| vec![n as u8; (n * 2777) as usize]).collect();
+        let msgs: Vec<Vec<u8>> = (0..50u32)
+            .map(|n| vec![n as u8; (n * 2777) as usize])
+            .collect();
         let mut wire = Vec::new();
         for m in &msgs {
             seal.seal(m, &mut wire).unwrap();
@@ -443,7 +465,10 @@ mod tests {
         let replayed = [&r1[..], &r1[..]].concat();
         let mut r = SealedReader::new(&replayed[..], open, &[]);
         assert_eq!(r.read(&mut buf).unwrap(), 3);
-        assert_eq!(r.read(&mut buf).unwrap_err().kind(), io::ErrorKind::InvalidData);
+        assert_eq!(
+            r.read(&mut buf).unwrap_err().kind(),
+            io::ErrorKind::InvalidData
+        );
         // Truncated inside a record.
         let (si, sa) = pair();
         let (mut seal, _) = si.split();
@@ -451,12 +476,18 @@ mod tests {
         let mut w = Vec::new();
         seal.seal(b"hello", &mut w).unwrap();
         let mut r = SealedReader::new(&w[..w.len() - 1], open, &[]);
-        assert_eq!(r.read(&mut buf).unwrap_err().kind(), io::ErrorKind::UnexpectedEof);
+        assert_eq!(
+            r.read(&mut buf).unwrap_err().kind(),
+            io::ErrorKind::UnexpectedEof
+        );
         // A record shorter than its tag.
         let (_, sa) = pair();
         let (_, open) = sa.split();
         let mut r = SealedReader::new(&[0u8, 3, 1, 2, 3][..], open, &[]);
-        assert_eq!(r.read(&mut buf).unwrap_err().kind(), io::ErrorKind::InvalidData);
+        assert_eq!(
+            r.read(&mut buf).unwrap_err().kind(),
+            io::ErrorKind::InvalidData
+        );
     }
 
     /// Cost of sealing and opening a small record (run in release, by hand).
@@ -484,12 +515,18 @@ mod tests {
             seal.seal(&msg, &mut wire).unwrap();
             open.open(&wire[2..], &mut out).unwrap();
         }
-        eprintln!("{:.0} ns per 48-byte seal+open", t.elapsed().as_nanos() as f64 / n as f64);
+        eprintln!(
+            "{:.0} ns per 48-byte seal+open",
+            t.elapsed().as_nanos() as f64 / n as f64
+        );
         let t = std::time::Instant::now();
         let mut x = 0u8;
         for _ in 0..n {
             x ^= blake3::keyed_hash(&[1; 32], &msg).as_bytes()[0];
         }
-        eprintln!("{:.0} ns per 48-byte blake3 ({x})", t.elapsed().as_nanos() as f64 / n as f64);
+        eprintln!(
+            "{:.0} ns per 48-byte blake3 ({x})",
+            t.elapsed().as_nanos() as f64 / n as f64
+        );
     }
 }

@@ -522,7 +522,9 @@ impl Inner {
                                 log::debug!("graft-net: {}: closed in its handshake", p.remote)
                             }
                             NetError::Duplicate => log::debug!("graft-net: {}: {e}", p.remote),
-                            e => log::warn!("graft-net: refusing connection from {}: {e}", p.remote),
+                            e => {
+                                log::warn!("graft-net: refusing connection from {}: {e}", p.remote)
+                            }
                         }
                     }
                 }
@@ -566,7 +568,10 @@ impl Inner {
                 .as_socket()
                 .unwrap_or(SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), 0));
             if pending.len() >= self.cfg.max_pending_handshakes {
-                let n = self.stats.refused_over_limit.fetch_add(1, Ordering::Relaxed);
+                let n = self
+                    .stats
+                    .refused_over_limit
+                    .fetch_add(1, Ordering::Relaxed);
                 if n.is_power_of_two() {
                     log::warn!(
                         "graft-net: {} handshakes in progress; closing {remote} at once ({} so far)",
@@ -684,12 +689,7 @@ impl Inner {
         self.cfg.dead_after().max(theirs)
     }
 
-    fn new_conn(
-        &self,
-        hello: &Hello,
-        stream: &TcpStream,
-        sealer: Sealer,
-    ) -> io::Result<Arc<Conn>> {
+    fn new_conn(&self, hello: &Hello, stream: &TcpStream, sealer: Sealer) -> io::Result<Arc<Conn>> {
         Ok(Arc::new(Conn::new(
             hello.peer_info(PeerId(self.next_id())),
             stream.try_clone()?,
@@ -776,10 +776,9 @@ impl Inner {
         // The handler is the user's code: if it panics, the connection goes
         // down as any other loss would (its thread would otherwise die with
         // the connection still up and never read again).
-        let read =
-            std::panic::AssertUnwindSafe(|| {
-                conn.read_loop(&mut reader.src, &mut reader.dec, &*self.handler)
-            });
+        let read = std::panic::AssertUnwindSafe(|| {
+            conn.read_loop(&mut reader.src, &mut reader.dec, &*self.handler)
+        });
         let reason = std::panic::catch_unwind(read).unwrap_or_else(|p| {
             let what = p
                 .downcast_ref::<&str>()

@@ -60,12 +60,14 @@ fn fast(name: &str) -> NetConfig {
     config(name, "secret").handshake_timeout(Duration::from_millis(500))
 }
 
+type Recording = Arc<Mutex<Vec<u8>>>;
+
 /// A TCP proxy for one connection to `target`, recording both directions
 /// (client to server, server to client).
 struct Proxy {
     addr: SocketAddr,
-    up: Arc<Mutex<Vec<u8>>>,
-    down: Arc<Mutex<Vec<u8>>>,
+    up: Recording,
+    down: Recording,
 }
 
 impl Proxy {
@@ -73,11 +75,11 @@ impl Proxy {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = l.local_addr().unwrap();
         let (up, down) = (Arc::default(), Arc::default());
-        let (u, d): (Arc<Mutex<Vec<u8>>>, Arc<Mutex<Vec<u8>>>) = (Arc::clone(&up), Arc::clone(&down));
+        let (u, d): (Recording, Recording) = (Arc::clone(&up), Arc::clone(&down));
         thread::spawn(move || {
             let (client, _) = l.accept().unwrap();
             let server = TcpStream::connect(target).unwrap();
-            let pipe = |mut from: TcpStream, mut to: TcpStream, rec: Arc<Mutex<Vec<u8>>>| {
+            let pipe = |mut from: TcpStream, mut to: TcpStream, rec: Recording| {
                 thread::spawn(move || {
                     let mut buf = [0u8; 65536];
                     while let Ok(n) = from.read(&mut buf) {
@@ -110,7 +112,10 @@ fn link_intact(a: &(Transport, Arc<Recorder>), b: &(Transport, Arc<Recorder>), t
     let (pa, pb) = (b.0.peer_named("a").unwrap(), a.0.peer_named("b").unwrap());
     assert_eq!(a.1.ups().len(), 1, "a saw one peer come up");
     assert_eq!(b.1.ups().len(), 1, "b saw one peer come up");
-    assert!(a.1.downs().is_empty() && b.1.downs().is_empty(), "no peer went down");
+    assert!(
+        a.1.downs().is_empty() && b.1.downs().is_empty(),
+        "no peer went down"
+    );
     let before = (a.1.frame_count(), b.1.frame_count());
     a.0.send(pb.id, 40, &[tag]).unwrap();
     b.0.send(pa.id, 40, &[tag]).unwrap();
@@ -154,7 +159,11 @@ fn a_relaying_stranger_is_refused_by_both_and_acted_on_by_neither() {
     // Each node said only "authentication failed", nothing about itself,
     // and closed.
     for said in [&said_a, &said_b] {
-        assert_eq!(frames(said), vec![(KIND_STATUS, vec![AUTH_FAILED])], "{said:?}");
+        assert_eq!(
+            frames(said),
+            vec![(KIND_STATUS, vec![AUTH_FAILED])],
+            "{said:?}"
+        );
     }
     // Whatever it sends now goes nowhere.
     let _ = to_a.write_all(&frame(40, b"kill everything"));
@@ -184,7 +193,10 @@ fn two_acceptors_relayed_to_each_other_time_out() {
     let t = thread::spawn(move || read_to_close(&mut x));
     let said_b = read_to_close(&mut y);
     let said_a = t.join().unwrap();
-    assert!(said_a.is_empty() && said_b.is_empty(), "{said_a:?} {said_b:?}");
+    assert!(
+        said_a.is_empty() && said_b.is_empty(),
+        "{said_a:?} {said_b:?}"
+    );
     assert_eq!(a.0.handshake_stats().timed_out, 1);
     assert_eq!(b.0.handshake_stats().timed_out, 1);
     link_intact(&a, &b, 1);
@@ -227,9 +239,7 @@ fn replayed_spliced_and_reflected_handshakes_are_refused() {
         s.write_all(&wire).unwrap();
         frames(&read_to_close(&mut s))
     };
-    let refused = |said: &[(u8, Vec<u8>)]| {
-        said.last() == Some(&(KIND_STATUS, vec![AUTH_FAILED]))
-    };
+    let refused = |said: &[(u8, Vec<u8>)]| said.last() == Some(&(KIND_STATUS, vec![AUTH_FAILED]));
     // 1. c's whole recorded handshake, replayed to a and to b: each answers
     //    the first message (with keys only c could use), then refuses the
     //    confirmation.
@@ -325,9 +335,15 @@ fn garbage_truncation_and_length_bombs_cost_a_slot_at_most() {
     let cases: Vec<(&str, Vec<u8>)> = vec![
         ("http", b"GET / HTTP/1.1\r\nHost: x\r\n\r\n".to_vec()),
         ("length bomb", vec![0xff, 0xff, 0xff, 0xff, 1, 0]),
-        ("bomb after the preface", [&PREFACE[..], &[0x7f, 0, 0, 0, 2, 0]].concat()),
+        (
+            "bomb after the preface",
+            [&PREFACE[..], &[0x7f, 0, 0, 0, 2, 0]].concat(),
+        ),
         ("flags", [&PREFACE[..], &[0, 0, 0, 1, 2, 0xff, 0]].concat()),
-        ("empty noise", [&PREFACE[..], &frame(KIND_NOISE, &[])].concat()),
+        (
+            "empty noise",
+            [&PREFACE[..], &frame(KIND_NOISE, &[])].concat(),
+        ),
         ("zeros", vec![0; 64]),
     ];
     for (what, bytes) in &cases {
@@ -341,12 +357,17 @@ fn garbage_truncation_and_length_bombs_cost_a_slot_at_most() {
     let mut half = TcpStream::connect(a.0.local_addr()).unwrap();
     half.write_all(&PREFACE[..5]).unwrap();
     let mut half2 = TcpStream::connect(a.0.local_addr()).unwrap();
-    half2.write_all(&[&PREFACE[..], &[0, 0, 0, 72, 2, 0, 1, 2, 3]].concat()).unwrap();
+    half2
+        .write_all(&[&PREFACE[..], &[0, 0, 0, 72, 2, 0, 1, 2, 3]].concat())
+        .unwrap();
     assert!(read_to_close(&mut half).is_empty());
     assert!(read_to_close(&mut half2).is_empty());
     assert!(t0.elapsed() < GUARD);
     let st = a.0.handshake_stats();
-    assert_eq!((st.failed, st.timed_out, st.pending), (cases.len() as u64, 2, 0));
+    assert_eq!(
+        (st.failed, st.timed_out, st.pending),
+        (cases.len() as u64, 2, 0)
+    );
     link_intact(&a, &b, 1);
     a.0.shutdown();
     b.0.shutdown();
@@ -387,7 +408,8 @@ fn a_version_1_peer_is_told_both_versions() {
     });
     let e = a.0.connect(old_addr).unwrap_err();
     assert!(
-        e.to_string().contains("protocol version 2 is not supported (ours is 1)"),
+        e.to_string()
+            .contains("protocol version 2 is not supported (ours is 1)"),
         "{e}"
     );
     t.join().unwrap();

@@ -95,7 +95,8 @@ fn thousands_of_strangers_cost_no_thread_and_peers_keep_answering() {
     for i in 0..IDLE + STALLED {
         let mut s = TcpStream::connect(a.local_addr()).unwrap();
         if i >= IDLE {
-            s.write_all(&[0, 0, 0, 6, 1, 0, b'G', b'R', b'F', b'T', 0, 2]).unwrap();
+            s.write_all(&[0, 0, 0, 6, 1, 0, b'G', b'R', b'F', b'T', 0, 2])
+                .unwrap();
         }
         flood.push(s);
         if i % 100 == 0 {
@@ -108,14 +109,15 @@ fn thousands_of_strangers_cost_no_thread_and_peers_keep_answering() {
     });
     let st = a.handshake_stats();
     assert_eq!(st.pending, NetConfig::DEFAULT_MAX_PENDING_HANDSHAKES as u64);
-    assert!(st.refused_over_limit >= (IDLE + STALLED - 64) as u64, "{st:?}");
+    assert!(
+        st.refused_over_limit >= (IDLE + STALLED - 64) as u64,
+        "{st:?}"
+    );
     for i in 0..100 {
         round_trip(1_000_000 + i);
     }
     let (threads1, rss1) = (threads(), rss_kb());
-    eprintln!(
-        "threads {threads0} -> {threads1}, rss {rss0} kB -> {rss1} kB, {st:?}"
-    );
+    eprintln!("threads {threads0} -> {threads1}, rss {rss0} kB -> {rss1} kB, {st:?}");
     assert!(threads1 <= threads0 + 2, "threads {threads0} -> {threads1}");
     assert!(rss1 <= rss0 + 8 * 1024, "rss {rss0} kB -> {rss1} kB");
 

@@ -22,8 +22,11 @@ impl Handler for Quiet {
 fn main() {
     env_logger::init();
     let any = "127.0.0.1:0".parse().unwrap();
-    let server = Transport::start(NetConfig::new("server", any).cookie("graftbench"), Arc::new(Quiet))
-        .expect("server");
+    let server = Transport::start(
+        NetConfig::new("server", any).cookie("graftbench"),
+        Arc::new(Quiet),
+    )
+    .expect("server");
     let addr = server.local_addr();
     let run = |n: usize, tag: &str| {
         let t0 = Instant::now();
