@@ -37,8 +37,9 @@ const MAX_RECORD: usize = 65535;
 pub(crate) const TAG: usize = 16;
 /// Largest plaintext of one record.
 const MAX_PLAIN: usize = MAX_RECORD - TAG;
-/// The reader's ciphertext buffer: several records per `read`.
-const RAW_BUF: usize = 256 << 10;
+/// The reader's ciphertext buffer: one largest record, or many small ones
+/// per `read` (larger costs every new connection a bigger zeroed buffer).
+const RAW_BUF: usize = 2 + MAX_RECORD;
 
 /// The Noise transport nonce: 32 zero bits, then the counter big-endian
 /// (the AESGCM cipher functions of the Noise specification).
