@@ -415,3 +415,74 @@ fn a_version_1_peer_is_told_both_versions() {
     t.join().unwrap();
     a.0.shutdown();
 }
+
+#[test]
+fn a_replayed_handshake_of_an_old_incarnation_replaces_nothing() {
+    init_log();
+    // d's first incarnation connects through a recording proxy, then goes;
+    // its second (another creation) connects. Replaying the first's
+    // handshake claims "d restarted" (a creation that differs from the
+    // live one), and must be refused before it replaces anything.
+    let a = start(fast("a"));
+    let d1 = start(fast("d").creation(1));
+    let p = Proxy::start(a.0.local_addr());
+    d1.0.connect(p.addr).unwrap();
+    wait_until("a sees d1", || a.0.peer_named("d").is_some());
+    let rec = frames(&p.up.lock().unwrap());
+    d1.0.shutdown();
+    wait_until("a lost d1", || a.0.peer_named("d").is_none());
+    let d2 = start(fast("d").creation(2));
+    d2.0.connect(a.0.local_addr()).unwrap();
+    wait_until("a sees d2", || {
+        a.0.peer_named("d").is_some_and(|p| p.creation == 2)
+    });
+    let live = a.0.peer_named("d").unwrap();
+
+    let mut s = TcpStream::connect(a.0.local_addr()).unwrap();
+    let mut wire = PREFACE.to_vec();
+    wire.extend(frame(rec[1].0, &rec[1].1));
+    wire.extend(frame(rec[2].0, &rec[2].1));
+    s.write_all(&wire).unwrap();
+    let said = frames(&read_to_close(&mut s));
+    assert_eq!(
+        said.last(),
+        Some(&(KIND_STATUS, vec![AUTH_FAILED])),
+        "{said:?}"
+    );
+    assert_eq!(a.0.peer_named("d"), Some(live.clone()));
+    let downs = a.1.downs();
+    assert_eq!(downs.len(), 1, "only d1 went down: {downs:?}");
+    let n = d2.1.frame_count();
+    a.0.send(live.id, 40, b"to d2").unwrap();
+    d2.1.wait_for("frame at d2", |ev| count_frames(ev) == n + 1);
+    a.0.shutdown();
+    d2.0.shutdown();
+}
+
+#[test]
+fn encryption_hides_frames_and_authentication_alone_does_not() {
+    init_log();
+    let secret = b"the launch codes are 0000";
+    for (encrypt_a, encrypt_c, hidden) in [
+        (false, false, false),
+        (true, false, true),
+        (false, true, true),
+    ] {
+        let a = start(fast("a").encrypt(encrypt_a));
+        let c = start(fast("c").encrypt(encrypt_c));
+        let p = Proxy::start(a.0.local_addr());
+        let pa = c.0.connect(p.addr).unwrap();
+        c.0.send(pa.id, 40, secret).unwrap();
+        a.1.wait_for("the frame", |ev| count_frames(ev) == 1);
+        let wire = p.up.lock().unwrap().clone();
+        let shows = wire.windows(secret.len()).any(|w| w == secret);
+        assert_eq!(shows, !hidden, "encrypt {encrypt_a}/{encrypt_c}");
+        // Names never travel in clear, in either mode.
+        assert!(
+            !wire.windows(3).any(|w| w == b"\0\x01c"),
+            "c's name in clear"
+        );
+        a.0.shutdown();
+        c.0.shutdown();
+    }
+}
