@@ -54,10 +54,10 @@
 //! # Shutdown
 //!
 //! 1. Under `state`: set `closed` (no new thread, slot or peer after this).
-//! 2. Wake the accept thread (shut the listening socket down, then a
-//!    self-connect in case that did not wake it).
-//! 3. Shut down every socket still in a handshake; close every connection
-//!    with `Shutdown` (readers report `peer_down`, writers stop).
+//! 2. Shut the listening socket down and wake the accept thread's poller;
+//!    it drops every pending inbound handshake and returns.
+//! 3. Shut down every socket still in an outbound handshake; close every
+//!    connection with `Shutdown` (readers report `peer_down`, writers stop).
 //! 4. Join every thread, until the list stays empty.
 
 use std::collections::HashMap;
@@ -158,7 +158,8 @@ struct State {
     /// Set once by shutdown.
     closed: bool,
     names: HashMap<String, Slot>,
-    /// Sockets in a handshake, by token, so shutdown can interrupt them.
+    /// Sockets in an outbound handshake, by token, so shutdown can
+    /// interrupt them.
     handshaking: HashMap<u64, TcpStream>,
     threads: Vec<JoinHandle<()>>,
 }
@@ -557,6 +558,7 @@ impl Inner {
                 Ok(x) => x,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) if self.state.lock().closed => return,
                 Err(e) => {
                     // Out of descriptors, most likely: back off a little.
                     log::warn!("graft-net: accept failed: {e}");
@@ -1087,6 +1089,9 @@ impl Inner {
     }
 
     fn wake_acceptor(&self) {
+        // Refuse connections from now on (on Linux, a connect to a shut-down
+        // listener is reset), and wake the poller.
+        let _ = self.listener.shutdown(Shutdown::Both);
         if let Err(e) = self.poller.notify() {
             log::warn!("graft-net: cannot wake the accept thread: {e}");
         }
