@@ -513,11 +513,24 @@ impl Inner {
                     Driven::Waiting => {}
                     Driven::Decide(hello) => {
                         let p = pending.remove(&ev.key).expect("pending");
+                        self.stats
+                            .pending
+                            .store(pending.len() as u64, Ordering::Relaxed);
                         self.decided(p, hello);
                     }
                     Driven::Failed(e) => {
                         let p = pending.remove(&ev.key).expect("pending");
-                        Stats::bump(&self.stats.failed);
+                        self.stats
+                            .pending
+                            .store(pending.len() as u64, Ordering::Relaxed);
+                        // An initiator that yields to another connection
+                        // completed its handshake.
+                        let duplicate = matches!(e, NetError::Duplicate);
+                        Stats::bump(if duplicate {
+                            &self.stats.completed
+                        } else {
+                            &self.stats.failed
+                        });
                         match e {
                             NetError::Closed | NetError::Shutdown => {
                                 log::debug!("graft-net: {}: closed in its handshake", p.remote)
@@ -531,21 +544,27 @@ impl Inner {
                 }
             }
             let now = Instant::now();
-            pending.retain(|_, p| {
-                let alive = p.deadline > now;
-                if !alive {
-                    Stats::bump(&self.stats.timed_out);
-                    log::info!(
-                        "graft-net: {}: no handshake within {:?}; closed",
-                        p.remote,
-                        self.cfg.handshake_timeout
-                    );
-                }
-                alive
-            });
+            let expired: Vec<usize> = (pending.iter())
+                .filter(|(_, p)| p.deadline <= now)
+                .map(|(k, _)| *k)
+                .collect();
+            let expired: Vec<Pending> = expired
+                .into_iter()
+                .filter_map(|k| pending.remove(&k))
+                .collect();
+            // Counted before the sockets close, so that whoever sees one
+            // close sees the counts.
             self.stats
                 .pending
                 .store(pending.len() as u64, Ordering::Relaxed);
+            for p in expired {
+                Stats::bump(&self.stats.timed_out);
+                log::info!(
+                    "graft-net: {}: no handshake within {:?}; closed",
+                    p.remote,
+                    self.cfg.handshake_timeout
+                );
+            }
         }
         drop(pending);
         self.stats.pending.store(0, Ordering::Relaxed);
@@ -601,6 +620,9 @@ impl Inner {
                         },
                     );
                     *next_key += 1;
+                    self.stats
+                        .pending
+                        .store(pending.len() as u64, Ordering::Relaxed);
                 }
                 Err(e) => log::warn!("graft-net: cannot serve {remote}: {e}"),
             }
