@@ -35,7 +35,13 @@ pub fn rss_bytes() -> i64 {
 pub fn with_peer<R>(f: impl FnOnce(&graft::Node, graft::NodeId) -> R) -> R {
     use std::io::{BufRead, BufReader, Read};
     const PEER_ENV: &str = "GRAFT_BENCH_PEER";
-    let config = || graft::NodeConfig::new("127.0.0.1:0").cookie("graftbench");
+    // GRAFT_BENCH_ENCRYPT=1: the same bench with encrypted distribution.
+    let encrypt = std::env::var_os("GRAFT_BENCH_ENCRYPT").is_some_and(|v| v == "1");
+    let config = move || {
+        graft::NodeConfig::new("127.0.0.1:0")
+            .cookie("graftbench")
+            .encrypt(encrypt)
+    };
     if std::env::var_os(PEER_ENV).is_some() {
         let node = graft::Node::start(config()).expect("peer node");
         println!("listening on {}", node.addr());

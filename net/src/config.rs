@@ -31,6 +31,9 @@ pub struct NetConfig {
     pub(crate) heartbeat_misses: u32,
     pub(crate) compress_threshold: usize,
     pub(crate) connect_timeout: Duration,
+    pub(crate) max_pending_handshakes: usize,
+    pub(crate) handshake_timeout: Duration,
+    pub(crate) encrypt: bool,
 }
 
 impl NetConfig {
@@ -42,8 +45,12 @@ impl NetConfig {
     pub const DEFAULT_HEARTBEAT_MISSES: u32 = 3;
     /// Default compression threshold: payloads over 64 KiB are compressed.
     pub const DEFAULT_COMPRESS_THRESHOLD: usize = 64 << 10;
-    /// Default connect (and handshake) timeout: 5 s.
+    /// Default connect (and outbound handshake) timeout: 5 s.
     pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+    /// Default limit of inbound handshakes in progress at once: 64.
+    pub const DEFAULT_MAX_PENDING_HANDSHAKES: usize = 64;
+    /// Default time an inbound connection has to complete its handshake: 5 s.
+    pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 
     /// A configuration for node `name` listening on `listen` (port 0 picks
     /// a free port), with every other setting at its default: a random
@@ -62,6 +69,9 @@ impl NetConfig {
             heartbeat_misses: Self::DEFAULT_HEARTBEAT_MISSES,
             compress_threshold: Self::DEFAULT_COMPRESS_THRESHOLD,
             connect_timeout: Self::DEFAULT_CONNECT_TIMEOUT,
+            max_pending_handshakes: Self::DEFAULT_MAX_PENDING_HANDSHAKES,
+            handshake_timeout: Self::DEFAULT_HANDSHAKE_TIMEOUT,
+            encrypt: false,
         }
     }
 
@@ -124,9 +134,49 @@ impl NetConfig {
     }
 
     /// How long [`connect`](crate::Transport::connect) may take, TCP connect
-    /// and handshake together; also the limit for an inbound handshake.
+    /// and handshake together.
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
+        self
+    }
+
+    /// At most this many inbound connections may be in their handshake at
+    /// once (at least 1); a socket accepted beyond the limit is closed at
+    /// once and counted in [`HandshakeStats::refused_over_limit`](crate::HandshakeStats).
+    /// Pending handshakes hold no thread: the listener thread drives them
+    /// all on a poller.
+    ///
+    /// ```
+    /// let cfg = graft_net::NetConfig::new("n", "127.0.0.1:0".parse().unwrap())
+    ///     .max_pending_handshakes(16);
+    /// # let _ = cfg;
+    /// ```
+    pub fn max_pending_handshakes(mut self, n: usize) -> Self {
+        self.max_pending_handshakes = n;
+        self
+    }
+
+    /// How long an inbound connection has, from its accept, to complete
+    /// the handshake; then it is closed and counted in
+    /// [`HandshakeStats::timed_out`](crate::HandshakeStats).
+    pub fn handshake_timeout(mut self, timeout: Duration) -> Self {
+        self.handshake_timeout = timeout;
+        self
+    }
+
+    /// Whether to encrypt every frame after the handshake (AES-256-GCM with
+    /// the session's keys). Off by default: frames are then authenticated
+    /// (a BLAKE3 MAC keyed per connection and direction, over a running
+    /// counter), so nothing can be forged, replayed, reordered or moved to
+    /// another connection, but they travel readable. A connection is
+    /// encrypted when either side asks for it. See `docs/security.md`.
+    ///
+    /// ```
+    /// let cfg = graft_net::NetConfig::new("n", "127.0.0.1:0".parse().unwrap()).encrypt(true);
+    /// # let _ = cfg;
+    /// ```
+    pub fn encrypt(mut self, on: bool) -> Self {
+        self.encrypt = on;
         self
     }
 
@@ -174,6 +224,12 @@ impl NetConfig {
         if self.connect_timeout.is_zero() || self.connect_timeout > DAY {
             return bad("connect_timeout must be non-zero and at most a day");
         }
+        if self.handshake_timeout.is_zero() || self.handshake_timeout > DAY {
+            return bad("handshake_timeout must be non-zero and at most a day");
+        }
+        if self.max_pending_handshakes == 0 || self.max_pending_handshakes > 1 << 20 {
+            return bad("max_pending_handshakes must be between 1 and 2^20");
+        }
         Ok(())
     }
 }
@@ -192,6 +248,9 @@ impl fmt::Debug for NetConfig {
             .field("heartbeat_misses", &self.heartbeat_misses)
             .field("compress_threshold", &self.compress_threshold)
             .field("connect_timeout", &self.connect_timeout)
+            .field("max_pending_handshakes", &self.max_pending_handshakes)
+            .field("handshake_timeout", &self.handshake_timeout)
+            .field("encrypt", &self.encrypt)
             .finish()
     }
 }

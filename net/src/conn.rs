@@ -50,7 +50,7 @@
 //! reader thread, when its loop ends, reports `peer_down` exactly once
 //! (`down_reported`).
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -59,6 +59,7 @@ use parking_lot::{Condvar, Mutex, MutexGuard};
 use socket2::SockRef;
 
 use crate::frame::{self, kind, Decoder, Fill, FIRST_USER_KIND, FLAG_COMPRESSED};
+use crate::session::Sealer;
 use crate::{Handler, NetError, PeerInfo};
 
 /// Initial capacity of the writer's buffers.
@@ -84,6 +85,11 @@ pub(crate) const READ_BUF: usize = 256 << 10;
 struct Outbox {
     /// Encoded frames, appended by senders, taken whole by the writer.
     buf: Vec<u8>,
+    /// Sealed bytes a direct write left unsent; the writer sends them
+    /// before anything else.
+    sealed: Vec<u8>,
+    /// Scratch space of the direct write's sealing.
+    scratch: Vec<u8>,
     /// Set by the writer (under the mutex) right before it waits; cleared by
     /// the sender that wakes it.
     writer_idle: bool,
@@ -116,6 +122,10 @@ pub(crate) struct Conn {
     /// A handle on the socket, for `shutdown` and for the writer.
     stream: TcpStream,
     out: Mutex<Outbox>,
+    /// Seals what is written. Used by the writer, and by a direct write
+    /// (only while the writer is parked), so never contended; the order
+    /// of sealing is the order on the wire.
+    sealer: Mutex<Sealer>,
     wake: Condvar,
     /// Set once, by the first `close`, after `reason`.
     closed: AtomicBool,
@@ -135,6 +145,7 @@ impl Conn {
     pub(crate) fn new(
         info: PeerInfo,
         stream: TcpStream,
+        sealer: Sealer,
         max_frame: usize,
         compress_threshold: usize,
         dead_after: Duration,
@@ -142,8 +153,11 @@ impl Conn {
         Conn {
             info,
             stream,
+            sealer: Mutex::new(sealer),
             out: Mutex::new(Outbox {
                 buf: Vec::with_capacity(WRITE_BUF),
+                sealed: Vec::new(),
+                scratch: Vec::new(),
                 writer_idle: false,
                 closed: false,
                 held: false,
@@ -237,15 +251,17 @@ impl Conn {
         let now = Instant::now();
         let sparse = out.sparse(now);
         out.last_push = now;
-        if alone && sparse {
-            match SockRef::from(&self.stream).send_with_flags(&out.buf, DIRECT_FLAGS) {
-                Ok(n) if n == out.buf.len() => {
-                    out.buf.clear();
-                    return;
+        if alone && sparse && out.sealed.is_empty() {
+            let o = &mut *out;
+            o.scratch.clear();
+            if self.sealer.lock().seal(&o.buf, &mut o.scratch).is_ok() {
+                o.buf.clear();
+                match SockRef::from(&self.stream).send_with_flags(&o.scratch, DIRECT_FLAGS) {
+                    Ok(n) if n == o.scratch.len() => return,
+                    Ok(n) => o.sealed.extend_from_slice(&o.scratch[n..]),
+                    // WouldBlock, or a broken socket: the writer finds out.
+                    Err(_) => o.sealed.extend_from_slice(&o.scratch),
                 }
-                Ok(n) => drop(out.buf.drain(..n)),
-                // WouldBlock, or a broken socket: the writer finds out.
-                Err(_) => {}
             }
         }
         out.writer_idle = false;
@@ -276,7 +292,8 @@ impl Conn {
 
     /// Bytes queued and not yet handed to the socket.
     pub(crate) fn queued_bytes(&self) -> usize {
-        self.out.lock().buf.len()
+        let out = self.out.lock();
+        out.buf.len() + out.sealed.len()
     }
 
     /// Why the connection closed (`Closed` if it has not).
@@ -306,6 +323,7 @@ impl Conn {
             Err(e) => return self.close(e.into()),
         };
         let mut spare: Vec<u8> = Vec::with_capacity(WRITE_BUF);
+        let mut wire: Vec<u8> = Vec::with_capacity(WRITE_BUF);
         let mut last_write = Instant::now();
         loop {
             {
@@ -314,8 +332,10 @@ impl Conn {
                     if out.closed {
                         return;
                     }
-                    if !out.buf.is_empty() {
+                    if !out.buf.is_empty() || !out.sealed.is_empty() {
                         std::mem::swap(&mut out.buf, &mut spare);
+                        wire.extend_from_slice(&out.sealed);
+                        out.sealed.clear();
                         out.held = false; // the writer takes them
                         break;
                     }
@@ -333,14 +353,21 @@ impl Conn {
                     out.writer_idle = false;
                 }
             }
-            if let Err(e) = stream.write_all(&spare) {
+            if let Err(e) = self.sealer.lock().seal(&spare, &mut wire) {
+                return self.close(e.into());
+            }
+            if let Err(e) = stream.write_all(&wire) {
                 log::debug!("graft-net: write to {} failed: {e}", self.info.name);
                 return self.close(e.into());
             }
             last_write = Instant::now();
             spare.clear();
+            wire.clear();
             if spare.capacity() > WRITE_BUF_KEEP {
                 spare = Vec::with_capacity(WRITE_BUF);
+            }
+            if wire.capacity() > WRITE_BUF_KEEP {
+                wire = Vec::with_capacity(WRITE_BUF);
             }
         }
     }
@@ -349,7 +376,7 @@ impl Conn {
     /// fails or is closed; returns why.
     pub(crate) fn read_loop(
         &self,
-        stream: &mut TcpStream,
+        stream: &mut impl Read,
         dec: &mut Decoder,
         handler: &dyn Handler,
     ) -> NetError {

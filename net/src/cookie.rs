@@ -1,8 +1,8 @@
 //! The shared secret (the cookie), the key derived from it, and random bytes.
 //!
-//! The cookie never crosses the wire: both sides derive a 32-byte key from
-//! it with `blake3::derive_key`, and prove they know it by answering the
-//! other side's random nonce with a keyed hash (see `handshake.rs`).
+//! The cookie never crosses the wire: both sides derive the Noise
+//! handshake's pre-shared key from it with `blake3::derive_key`, and prove
+//! they know it in the handshake (see `handshake.rs`).
 
 use std::fs::{self, OpenOptions};
 use std::io::{self, Read, Write};
@@ -16,9 +16,6 @@ pub const COOKIE_ENV: &str = "GRAFT_COOKIE";
 
 /// File name, in the home directory, of the per-user cookie file.
 pub const COOKIE_FILE: &str = ".graft.cookie";
-
-/// Context string for the key derivation; changing it changes every key.
-const KEY_CONTEXT: &str = "graft-net 2026-11 cookie key v1";
 
 /// Finds the cookie the way Erlang does: the configured one, else the
 /// `GRAFT_COOKIE` environment variable, else the per-user file
@@ -113,11 +110,6 @@ fn random_cookie() -> String {
         .collect()
 }
 
-/// The key both sides derive from the cookie.
-pub(crate) fn derive_key(cookie: &str) -> [u8; 32] {
-    blake3::derive_key(KEY_CONTEXT, cookie.as_bytes())
-}
-
 /// 32 unpredictable bytes: `/dev/urandom` when it can be read, always mixed
 /// with the time, the process id, a counter and a stack address.
 pub(crate) fn random_bytes() -> [u8; 32] {
@@ -156,7 +148,8 @@ mod tests {
 
     #[test]
     fn keys_depend_on_the_cookie() {
-        assert_eq!(derive_key("a"), derive_key("a"));
-        assert_ne!(derive_key("a"), derive_key("b"));
+        use crate::handshake::psk;
+        assert_eq!(psk("a"), psk("a"));
+        assert_ne!(psk("a"), psk("b"));
     }
 }

@@ -26,6 +26,7 @@ use flate2::read::DeflateDecoder;
 use flate2::write::DeflateEncoder;
 use flate2::Compression;
 
+use crate::session::SealedReader;
 use crate::NetError;
 
 /// Bytes before the payload: length (4), kind (1), flags (1).
@@ -40,9 +41,9 @@ pub(crate) const FLAG_COMPRESSED: u8 = 1;
 /// | kind   | use                                              |
 /// |--------|--------------------------------------------------|
 /// | 0      | never sent                                       |
-/// | 1      | handshake: hello                                 |
-/// | 2      | handshake: challenge reply                       |
-/// | 3      | handshake: status                                |
+/// | 1      | handshake: preface (magic and version)           |
+/// | 2      | handshake: a Noise message                       |
+/// | 3      | handshake: a clear refusal                       |
 /// | 4      | heartbeat (empty payload)                        |
 /// | 5..=15 | reserved; receiving one drops the connection     |
 ///
@@ -51,11 +52,11 @@ pub const FIRST_USER_KIND: u8 = 16;
 
 /// The transport's own frame kinds.
 pub(crate) mod kind {
-    /// Handshake: protocol version, name, address, creation, fingerprint, nonce.
+    /// Handshake: the preface, magic and protocol version.
     pub(crate) const HELLO: u8 = 1;
-    /// Handshake: keyed hash answering the other side's nonce.
-    pub(crate) const REPLY: u8 = 2;
-    /// Handshake: the acceptor's verdict (or a refusal from either side).
+    /// Handshake: a Noise handshake or transport message.
+    pub(crate) const NOISE: u8 = 2;
+    /// Handshake: a clear refusal from either side.
     pub(crate) const STATUS: u8 = 3;
     /// Sent by an idle writer once per heartbeat tick.
     pub(crate) const HEARTBEAT: u8 = 4;
@@ -70,13 +71,6 @@ pub(crate) fn encode(out: &mut Vec<u8>, kind: u8, flags: u8, payload: &[u8]) {
     out.push(kind);
     out.push(flags);
     out.extend_from_slice(payload);
-}
-
-/// Writes one uncompressed frame straight to a stream (handshake only).
-pub(crate) fn write_frame(w: &mut impl Write, kind: u8, payload: &[u8]) -> io::Result<()> {
-    let mut buf = Vec::with_capacity(HEADER_LEN + payload.len());
-    encode(&mut buf, kind, 0, payload);
-    w.write_all(&buf)
 }
 
 /// Raw-deflates `payload` (fast level).
@@ -132,10 +126,6 @@ impl Decoder {
             max_frame,
             base: capacity.max(HEADER_LEN),
         }
-    }
-
-    pub(crate) fn set_max_frame(&mut self, max_frame: usize) {
-        self.max_frame = max_frame;
     }
 
     /// The next complete frame in the buffer, `None` when more bytes are
@@ -229,7 +219,7 @@ impl Decoder {
     /// [`NetError::Closed`] when the peer closed the connection.
     pub(crate) fn recv_until(
         &mut self,
-        s: &mut TcpStream,
+        s: &mut SealedReader<TcpStream>,
         deadline: Instant,
     ) -> Result<Option<(u8, u8, Vec<u8>)>, NetError> {
         loop {
@@ -240,7 +230,7 @@ impl Decoder {
             if left.is_zero() {
                 return Ok(None);
             }
-            s.set_read_timeout(Some(left))?;
+            s.get_ref().set_read_timeout(Some(left))?;
             match self.read_from(s)? {
                 Fill::Closed => return Err(NetError::Closed),
                 Fill::TimedOut => return Ok(None),

@@ -1,11 +1,16 @@
 //! graft-net: bytes and peers. Knows nothing of processes.
 //!
 //! A [`Transport`] listens on a TCP address, connects to other nodes, and
-//! runs a handshake with each (protocol version, node name, announced
-//! address, creation, build fingerprint, and a cookie challenge/response in
-//! both directions in which the cookie never crosses the wire). After that
-//! it moves *frames* (a kind byte and a payload) both ways and tells a
-//! [`Handler`] about peers coming up, frames arriving, and peers going down.
+//! runs a handshake with each: a Noise `NNpsk0` handshake keyed by the
+//! cookie (which never crosses the wire), in which the connecting side
+//! proves itself first and confirms the session key before the accepting
+//! side takes it for a peer, bound to the protocol version, both node
+//! names, announced addresses, creations and build fingerprints. After that
+//! it moves *frames* (a kind byte and a payload) both ways, every byte of
+//! them authenticated with the session's keys (or encrypted, with
+//! [`NetConfig::encrypt`]), and tells a [`Handler`] about peers coming up,
+//! frames arriving, and peers going down. See `docs/security.md` for the
+//! threat model.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -37,6 +42,11 @@
 //!   unknown transport kind or garbage drops that one connection (logged,
 //!   naming the peer), never the node. Payloads over a threshold are
 //!   deflate-compressed, and inflating is bounded by the maximum too.
+//! * **Strangers**: a connection that has not authenticated holds no
+//!   thread: the accept thread drives every pending handshake on a poller,
+//!   at most [`NetConfig::max_pending_handshakes`] at once (more are closed
+//!   at once), each within [`NetConfig::handshake_timeout`];
+//!   [`Transport::handshake_stats`] counts them.
 //! * **Threads**: one accept thread, and one reader and one writer thread
 //!   per peer. [`Transport::send`] (or the lookup-free [`PeerSender`]) only
 //!   appends to the peer's buffer; the writer sends everything queued in one
@@ -65,7 +75,7 @@
 //!   `$HOME/.graft.cookie` (created with mode 0600).
 //! * **Diagnostics**: [`RawClient`] speaks the protocol on the caller's
 //!   thread and can send anything, for tools and fault-injection tests.
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
 mod config;
 mod conn;
@@ -74,7 +84,10 @@ mod error;
 mod frame;
 mod handshake;
 mod peer;
+mod pending;
+mod poll;
 mod raw;
+mod session;
 mod transport;
 
 pub use config::NetConfig;
@@ -82,5 +95,6 @@ pub use cookie::{read_or_create_cookie_file, resolve_cookie, COOKIE_ENV, COOKIE_
 pub use error::NetError;
 pub use frame::FIRST_USER_KIND;
 pub use peer::{Handler, PeerId, PeerInfo};
+pub use pending::HandshakeStats;
 pub use raw::RawClient;
 pub use transport::{PeerSender, Transport};

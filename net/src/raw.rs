@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 use crate::conn::READ_BUF;
 use crate::cookie::resolve_cookie;
 use crate::frame::{self, Decoder};
-use crate::handshake::{self, Identity, Outcome, MAX_HANDSHAKE_FRAME};
+use crate::handshake::{self, Identity, Outcome};
+use crate::session::{SealedReader, Sealer};
 use crate::{NetConfig, NetError, PeerId, PeerInfo};
 
 /// A blocking client connection that speaks the graft-net wire protocol
@@ -35,9 +36,15 @@ use crate::{NetConfig, NetError, PeerId, PeerInfo};
 /// raw.send_frame(16, b"hi").unwrap();
 /// node.shutdown();
 /// ```
+///
+/// After the handshake everything it sends is sealed with the session's
+/// keys, as a node's writer does ([`send_unsealed`](RawClient::send_unsealed)
+/// bypasses that), and everything it receives is opened.
 #[derive(Debug)]
 pub struct RawClient {
     stream: TcpStream,
+    reader: SealedReader<TcpStream>,
+    sealer: Sealer,
     dec: Decoder,
 }
 
@@ -56,14 +63,21 @@ impl RawClient {
         stream.set_nodelay(true)?;
         stream.set_write_timeout(Some(cfg.connect_timeout))?;
         let me = Identity::new(cfg, cfg.listen, &cookie);
-        let mut dec = Decoder::new(READ_BUF, MAX_HANDSHAKE_FRAME);
         let deadline = Instant::now() + cfg.connect_timeout;
-        match handshake::initiate(&mut stream, &mut dec, &me, deadline, |_| Ok(true))? {
-            Outcome::Up(h) => {
-                dec.set_max_frame(cfg.max_frame);
-                Ok((RawClient { stream, dec }, h.peer_info(PeerId(0))))
+        match handshake::initiate(&mut stream, &me, deadline, |_| Ok(true))? {
+            (Outcome::Up(h), session, rest) => {
+                let (sealer, opener) = session.split();
+                let reader = SealedReader::new(stream.try_clone()?, opener, &rest);
+                let dec = Decoder::new(READ_BUF, cfg.max_frame);
+                let raw = RawClient {
+                    stream,
+                    reader,
+                    sealer,
+                    dec,
+                };
+                Ok((raw, h.peer_info(PeerId(0))))
             }
-            Outcome::Duplicate(_) => Err(NetError::Duplicate),
+            (Outcome::Duplicate(_), _, _) => Err(NetError::Duplicate),
         }
     }
 
@@ -73,15 +87,30 @@ impl RawClient {
     ///
     /// The write fails.
     pub fn send_frame(&mut self, kind: u8, payload: &[u8]) -> io::Result<()> {
-        frame::write_frame(&mut self.stream, kind, payload)
+        let mut buf = Vec::new();
+        frame::encode(&mut buf, kind, 0, payload);
+        self.send_raw(&buf)
     }
 
-    /// Writes raw bytes, framed or not.
+    /// Writes raw bytes inside the session, framed or not (sealed into
+    /// records as the node's writer would).
     ///
     /// # Errors
     ///
     /// The write fails.
     pub fn send_raw(&mut self, bytes: &[u8]) -> io::Result<()> {
+        let mut wire = Vec::new();
+        self.sealer.seal(bytes, &mut wire)?;
+        self.stream.write_all(&wire)
+    }
+
+    /// Writes bytes straight to the socket, outside the session's
+    /// sealing: for tests of forged or injected records.
+    ///
+    /// # Errors
+    ///
+    /// The write fails.
+    pub fn send_unsealed(&mut self, bytes: &[u8]) -> io::Result<()> {
         self.stream.write_all(bytes)
     }
 
@@ -96,7 +125,7 @@ impl RawClient {
     pub fn recv_frame(&mut self, timeout: Duration) -> Result<Option<(u8, u8, Vec<u8>)>, NetError> {
         // A timeout too long for the clock is a day: as good as forever.
         let deadline = Instant::now() + timeout.min(Duration::from_secs(86_400));
-        self.dec.recv_until(&mut self.stream, deadline)
+        self.dec.recv_until(&mut self.reader, deadline)
     }
 
     /// The underlying socket.

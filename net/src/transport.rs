@@ -4,12 +4,24 @@
 //!
 //! | thread             | count        | does                                           |
 //! |--------------------|--------------|------------------------------------------------|
-//! | `graft-net-accpt` | 1            | accepts, spawns a reader per inbound socket     |
-//! | `graft-net-rd`     | 1 per socket | inbound handshake (if inbound), then reads      |
+//! | `graft-net-accpt` | 1            | accepts, drives every inbound handshake         |
+//! | `graft-net-rd`     | 1 per peer   | reads (after the handshake)                     |
 //! | `graft-net-wr`     | 1 per peer   | flushes the outbox, sends heartbeats            |
 //!
 //! Every handle goes into `State::threads`; [`Transport::shutdown`] joins
 //! them all. Outbound handshakes run on the caller of `connect`.
+//!
+//! # Pending handshakes
+//!
+//! An inbound socket that has not authenticated holds no thread: the
+//! accept thread registers it on a poller (non-blocking, level-triggered)
+//! and feeds what it reads to its handshake state machine
+//! (`handshake.rs`), with at most `max_pending_handshakes` in progress, each
+//! closed once `handshake_timeout` has passed since its accept. A socket
+//! accepted beyond the limit is closed at once. Only once the initiator has
+//! confirmed the session key does the accept thread take the slot decision
+//! below (a short critical section), send the verdict, and start the
+//! peer's reader and writer threads.
 //!
 //! # Tables
 //!
@@ -42,16 +54,16 @@
 //! # Shutdown
 //!
 //! 1. Under `state`: set `closed` (no new thread, slot or peer after this).
-//! 2. Wake the accept thread (shut the listening socket down, then a
-//!    self-connect in case that did not wake it).
-//! 3. Shut down every socket still in a handshake; close every connection
-//!    with `Shutdown` (readers report `peer_down`, writers stop).
+//! 2. Shut the listening socket down and wake the accept thread's poller;
+//!    it drops every pending inbound handshake and returns.
+//! 3. Shut down every socket still in an outbound handshake; close every
+//!    connection with `Shutdown` (readers report `peer_down`, writers stop).
 //! 4. Join every thread, until the list stays empty.
 
 use std::collections::HashMap;
 use std::fmt;
 use std::io;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr, TcpStream};
+use std::net::{Ipv4Addr, Shutdown, SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
@@ -63,7 +75,10 @@ use socket2::{Domain, Protocol, Socket, Type};
 use crate::conn::{Conn, READ_BUF};
 use crate::cookie::resolve_cookie;
 use crate::frame::Decoder;
-use crate::handshake::{self, Hello, Identity, Outcome, MAX_HANDSHAKE_FRAME};
+use crate::handshake::{self, Handshake, Hello, Identity, Outcome};
+use crate::pending::{Driven, HandshakeStats, Pending, Stats};
+use crate::poll::{Events, Poller};
+use crate::session::{SealedReader, Sealer};
 use crate::{Handler, NetConfig, NetError, PeerId, PeerInfo};
 
 /// A running transport: a listening socket and a set of authenticated peers.
@@ -128,13 +143,23 @@ struct Inner {
     changed: Condvar,
     /// Source of peer ids and handshake tokens; starts at 1, never reused.
     next_id: AtomicU64,
+    /// Drives the listener and the pending inbound handshakes.
+    poller: Poller,
+    stats: Stats,
+}
+
+/// The reading half of an established connection.
+struct Reader {
+    src: SealedReader<TcpStream>,
+    dec: Decoder,
 }
 
 struct State {
     /// Set once by shutdown.
     closed: bool,
     names: HashMap<String, Slot>,
-    /// Sockets in a handshake, by token, so shutdown can interrupt them.
+    /// Sockets in an outbound handshake, by token, so shutdown can
+    /// interrupt them.
     handshaking: HashMap<u64, TcpStream>,
     threads: Vec<JoinHandle<()>>,
 }
@@ -147,7 +172,7 @@ enum Slot {
 
 /// A new connection, or the one that was there already.
 enum Connected {
-    New(Arc<Conn>, Decoder),
+    New(Arc<Conn>, Reader),
     Existing(PeerInfo),
 }
 
@@ -170,6 +195,7 @@ impl Transport {
         listener.set_reuse_address(true)?;
         listener.bind(&cfg.listen.into())?;
         listener.listen(1024)?;
+        listener.set_nonblocking(true)?;
         let local_addr = listener
             .local_addr()?
             .as_socket()
@@ -190,6 +216,8 @@ impl Transport {
             peers: RwLock::new(HashMap::new()),
             changed: Condvar::new(),
             next_id: AtomicU64::new(1),
+            poller: Poller::new()?,
+            stats: Stats::default(),
         });
         let acceptor = inner.clone();
         inner
@@ -324,6 +352,12 @@ impl Transport {
         }
     }
 
+    /// Counters of inbound handshakes: in progress, refused over the limit,
+    /// timed out, failed, completed.
+    pub fn handshake_stats(&self) -> HandshakeStats {
+        self.inner.stats.snapshot()
+    }
+
     /// Closes the listener and every connection, and joins every thread the
     /// transport started; `peer_down` has been called for every peer when it
     /// returns. Waits for callbacks in progress to return. Idempotent.
@@ -437,30 +471,215 @@ impl Inner {
         Ok(())
     }
 
+    /// The accept thread: accepts, and drives every pending inbound
+    /// handshake (see "Pending handshakes").
     fn accept_loop(self: &Arc<Self>) {
+        const LISTENER: usize = 0;
+        let listener = match self.poller.register(&self.listener, LISTENER) {
+            Ok(l) => l,
+            Err(e) => return log::error!("graft-net: cannot poll the listener: {e}"),
+        };
+        let mut pending: HashMap<usize, Pending> = HashMap::new();
+        let mut events = Events::new();
+        let mut next_key = LISTENER + 1;
         loop {
-            let accepted = self.listener.accept();
-            if self.state.lock().closed {
-                return;
-            }
-            match accepted {
-                Ok((sock, addr)) => {
-                    let remote = addr
-                        .as_socket()
-                        .unwrap_or(SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), 0));
-                    let stream = TcpStream::from(sock);
-                    let me = self.clone();
-                    if let Err(e) =
-                        self.spawn("graft-net-rd", move || me.serve_inbound(stream, remote))
-                    {
-                        log::error!("graft-net: cannot serve {remote}: {e}");
-                    }
-                }
-                Err(e) => {
-                    log::warn!("graft-net: accept failed: {e}");
+            let now = Instant::now();
+            let timeout = pending
+                .values()
+                .map(|p| p.deadline.saturating_duration_since(now))
+                .min();
+            events.clear();
+            if let Err(e) = self.poller.wait(&mut events, timeout) {
+                if e.kind() != io::ErrorKind::Interrupted {
+                    log::warn!("graft-net: poll failed: {e}");
                     thread::sleep(Duration::from_millis(20));
                 }
             }
+            if self.state.lock().closed {
+                break;
+            }
+            for ev in events.iter() {
+                if ev.key == LISTENER {
+                    self.accept_all(&mut pending, &mut next_key);
+                    if let Err(e) = listener.rearm() {
+                        log::warn!("graft-net: cannot poll the listener: {e}");
+                    }
+                    continue;
+                }
+                let Some(p) = pending.get_mut(&ev.key) else {
+                    continue;
+                };
+                match p.drive(&self.me) {
+                    Driven::Waiting => {}
+                    Driven::Decide(hello) => {
+                        let p = pending.remove(&ev.key).expect("pending");
+                        self.stats
+                            .pending
+                            .store(pending.len() as u64, Ordering::Relaxed);
+                        self.decided(p, hello);
+                    }
+                    Driven::Failed(e) => {
+                        let p = pending.remove(&ev.key).expect("pending");
+                        self.stats
+                            .pending
+                            .store(pending.len() as u64, Ordering::Relaxed);
+                        // An initiator that yields to another connection
+                        // completed its handshake.
+                        let duplicate = matches!(e, NetError::Duplicate);
+                        Stats::bump(if duplicate {
+                            &self.stats.completed
+                        } else {
+                            &self.stats.failed
+                        });
+                        match e {
+                            NetError::Closed | NetError::Shutdown => {
+                                log::debug!("graft-net: {}: closed in its handshake", p.remote)
+                            }
+                            NetError::Duplicate => log::debug!("graft-net: {}: {e}", p.remote),
+                            e => {
+                                log::warn!("graft-net: refusing connection from {}: {e}", p.remote)
+                            }
+                        }
+                    }
+                }
+            }
+            let now = Instant::now();
+            let expired: Vec<usize> = (pending.iter())
+                .filter(|(_, p)| p.deadline <= now)
+                .map(|(k, _)| *k)
+                .collect();
+            let expired: Vec<Pending> = expired
+                .into_iter()
+                .filter_map(|k| pending.remove(&k))
+                .collect();
+            // Counted before the sockets close, so that whoever sees one
+            // close sees the counts.
+            self.stats
+                .pending
+                .store(pending.len() as u64, Ordering::Relaxed);
+            for p in expired {
+                Stats::bump(&self.stats.timed_out);
+                log::info!(
+                    "graft-net: {}: no handshake within {:?}; closed",
+                    p.remote,
+                    self.cfg.handshake_timeout
+                );
+            }
+        }
+        drop(pending);
+        self.stats.pending.store(0, Ordering::Relaxed);
+    }
+
+    /// Accepts every socket waiting in the backlog.
+    fn accept_all(&self, pending: &mut HashMap<usize, Pending>, next_key: &mut usize) {
+        loop {
+            let (sock, addr) = match self.listener.accept() {
+                Ok(x) => x,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) if self.state.lock().closed => return,
+                Err(e) => {
+                    // Out of descriptors, most likely: back off a little.
+                    log::warn!("graft-net: accept failed: {e}");
+                    thread::sleep(Duration::from_millis(5));
+                    return;
+                }
+            };
+            let remote = addr
+                .as_socket()
+                .unwrap_or(SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), 0));
+            if pending.len() >= self.cfg.max_pending_handshakes {
+                let n = self
+                    .stats
+                    .refused_over_limit
+                    .fetch_add(1, Ordering::Relaxed);
+                if n.is_power_of_two() {
+                    log::warn!(
+                        "graft-net: {} handshakes in progress; closing {remote} at once ({} so far)",
+                        pending.len(),
+                        n + 1
+                    );
+                }
+                drop(sock);
+                continue;
+            }
+            let stream = TcpStream::from(sock);
+            let registered = stream
+                .set_nonblocking(true)
+                .and_then(|()| stream.set_nodelay(true))
+                .and_then(|()| self.poller.register(stream, *next_key));
+            match registered {
+                Ok(sock) => {
+                    pending.insert(
+                        *next_key,
+                        Pending {
+                            sock,
+                            remote,
+                            deadline: Instant::now() + self.cfg.handshake_timeout,
+                            hs: None,
+                        },
+                    );
+                    *next_key += 1;
+                    self.stats
+                        .pending
+                        .store(pending.len() as u64, Ordering::Relaxed);
+                }
+                Err(e) => log::warn!("graft-net: cannot serve {remote}: {e}"),
+            }
+        }
+    }
+
+    /// An inbound initiator proved itself: the slot decision (module docs),
+    /// the verdict, and the peer's threads.
+    fn decided(self: &Arc<Self>, mut p: Pending, hello: Hello) {
+        let remote = p.remote;
+        let hs = p.hs.as_mut().expect("a handshake");
+        let decision = self.commit_inbound(&hello, p.sock.get(), hs);
+        let sent = p.flush();
+        let stream = p.sock.into_inner();
+        let (conn, reader) = match (decision, sent) {
+            (Ok(Some(x)), Ok(())) => x,
+            (Ok(Some((conn, _))), Err(e)) => {
+                Stats::bump(&self.stats.failed);
+                log::warn!("graft-net: {}@{remote}: {e}", hello.name);
+                return self.abandon(&conn, e);
+            }
+            (Ok(None), _) => {
+                Stats::bump(&self.stats.completed);
+                return log::debug!(
+                    "graft-net: {}@{remote}: duplicate connection dropped",
+                    hello.name
+                );
+            }
+            (Err(e), _) => {
+                Stats::bump(&self.stats.failed);
+                if !matches!(e, NetError::Shutdown) {
+                    log::warn!("graft-net: refusing {}@{remote}: {e}", hello.name);
+                }
+                return;
+            }
+        };
+        Stats::bump(&self.stats.completed);
+        let setup = stream
+            .set_nonblocking(false)
+            .and_then(|()| self.configure(&stream, &hello));
+        if let Err(e) = setup {
+            return self.abandon(&conn, e.into());
+        }
+        let (c, me) = (conn.clone(), self.clone());
+        let reader = Reader {
+            src: SealedReader::new(stream, reader.0, &reader.1),
+            dec: Decoder::new(READ_BUF, self.cfg.max_frame),
+        };
+        let started = self.spawn("graft-net-rd", move || {
+            me.announce(&c);
+            if let Err(e) = me.start_writer(&c) {
+                c.close(e);
+            }
+            me.run_reader(c, reader);
+        });
+        if let Err(e) = started {
+            self.abandon(&conn, e);
         }
     }
 
@@ -494,10 +713,11 @@ impl Inner {
         self.cfg.dead_after().max(theirs)
     }
 
-    fn new_conn(&self, hello: &Hello, stream: &TcpStream) -> io::Result<Arc<Conn>> {
+    fn new_conn(&self, hello: &Hello, stream: &TcpStream, sealer: Sealer) -> io::Result<Arc<Conn>> {
         Ok(Arc::new(Conn::new(
             hello.peer_info(PeerId(self.next_id())),
             stream.try_clone()?,
+            sealer,
             self.cfg.max_frame,
             self.cfg.compress_threshold,
             self.dead_after(hello),
@@ -576,12 +796,13 @@ impl Inner {
         self.remove(conn);
     }
 
-    fn run_reader(&self, conn: Arc<Conn>, mut stream: TcpStream, mut dec: Decoder) {
+    fn run_reader(&self, conn: Arc<Conn>, mut reader: Reader) {
         // The handler is the user's code: if it panics, the connection goes
         // down as any other loss would (its thread would otherwise die with
         // the connection still up and never read again).
-        let read =
-            std::panic::AssertUnwindSafe(|| conn.read_loop(&mut stream, &mut dec, &*self.handler));
+        let read = std::panic::AssertUnwindSafe(|| {
+            conn.read_loop(&mut reader.src, &mut reader.dec, &*self.handler)
+        });
         let reason = std::panic::catch_unwind(read).unwrap_or_else(|p| {
             let what = p
                 .downcast_ref::<&str>()
@@ -601,84 +822,39 @@ impl Inner {
 
     // ---- inbound ----
 
-    fn serve_inbound(self: &Arc<Self>, mut stream: TcpStream, remote: SocketAddr) {
-        let token = self.next_id();
-        if self.track(token, &stream).is_err() {
-            return;
-        }
-        let res = self.inbound_handshake(&mut stream, remote);
-        self.untrack(token);
-        let (conn, dec) = match res {
-            Ok(Some(x)) => x,
-            Ok(None) => return,
-            Err(e) => {
-                match e {
-                    NetError::Auth { .. } | NetError::Shutdown => {}
-                    NetError::Duplicate => log::debug!("graft-net: {remote}: {e}"),
-                    e => log::warn!("graft-net: refusing connection from {remote}: {e}"),
-                }
-                return;
-            }
-        };
-        self.announce(&conn);
-        if let Err(e) = self.start_writer(&conn) {
-            conn.close(e);
-        }
-        self.run_reader(conn, stream, dec);
-    }
-
-    fn inbound_handshake(
-        &self,
-        stream: &mut TcpStream,
-        remote: SocketAddr,
-    ) -> Result<Option<(Arc<Conn>, Decoder)>, NetError> {
-        stream.set_nodelay(true)?;
-        stream.set_write_timeout(Some(self.cfg.connect_timeout))?;
-        let deadline = Instant::now() + self.cfg.connect_timeout;
-        let mut dec = Decoder::new(READ_BUF, MAX_HANDSHAKE_FRAME);
-        let hello = handshake::accept(stream, &mut dec, &self.me, deadline, remote)?;
-        self.configure(stream, &hello)?;
-        let Some(conn) = self.commit_inbound(&hello, stream)? else {
-            log::debug!(
-                "graft-net: {}@{remote}: duplicate connection dropped",
-                hello.name
-            );
-            let _ = handshake::finish_accept(stream, false);
-            return Ok(None);
-        };
-        if let Err(e) = handshake::finish_accept(stream, true) {
-            self.abandon(&conn, e.into());
-            return Err(NetError::Closed);
-        }
-        dec.set_max_frame(self.cfg.max_frame);
-        Ok(Some((conn, dec)))
-    }
-
-    /// The acceptor's decision (see the module docs); `None` = duplicate.
+    /// The acceptor's decision (see the module docs), taken only after the
+    /// initiator's key confirmation; `None` = duplicate. The verdict goes
+    /// into the handshake's output; a kept connection is installed.
+    #[allow(clippy::type_complexity)]
     fn commit_inbound(
         &self,
         hello: &Hello,
         stream: &TcpStream,
-    ) -> Result<Option<Arc<Conn>>, NetError> {
+        hs: &mut Handshake,
+    ) -> Result<Option<(Arc<Conn>, (crate::session::Opener, Vec<u8>))>, NetError> {
         let mut st = self.state.lock();
         if st.closed {
             return Err(NetError::Shutdown);
         }
-        match st.names.get(&hello.name) {
-            None => {}
-            Some(Slot::Pending(_)) if hello.name < self.me.name => {}
-            Some(Slot::Pending(_)) => return Ok(None),
-            Some(Slot::Up(old)) if old.info.creation != hello.creation || old.is_closed() => {}
-            Some(Slot::Up(_)) => return Ok(None),
+        let keep = match st.names.get(&hello.name) {
+            None => true,
+            Some(Slot::Pending(_)) => hello.name < self.me.name,
+            Some(Slot::Up(old)) => old.info.creation != hello.creation || old.is_closed(),
+        };
+        hs.verdict(keep)?;
+        if !keep {
+            return Ok(None);
         }
-        let conn = self.new_conn(hello, stream)?;
+        let (session, rest) = hs.take_session();
+        let (sealer, opener) = session.split();
+        let conn = self.new_conn(hello, stream, sealer)?;
         let replaced = self.install(&mut st, &conn);
         drop(st);
         self.changed.notify_all();
         if let Some(old) = replaced {
             old.close(NetError::Replaced);
         }
-        Ok(Some(conn))
+        Ok(Some((conn, (opener, rest))))
     }
 
     // ---- outbound ----
@@ -741,13 +917,14 @@ impl Inner {
         if res.is_err() && self.state.lock().closed {
             return Err(NetError::Shutdown);
         }
-        let (conn, dec) = match res? {
+        let (conn, reader) = match res? {
             Connected::Existing(p) => return Ok(p),
-            Connected::New(conn, dec) => (conn, dec),
+            Connected::New(conn, reader) => (conn, reader),
         };
+        drop(stream);
         self.announce(&conn);
         let (c, me) = (conn.clone(), self.clone());
-        if let Err(e) = self.spawn("graft-net-rd", move || me.run_reader(c, stream, dec)) {
+        if let Err(e) = self.spawn("graft-net-rd", move || me.run_reader(c, reader)) {
             conn.close(e.clone());
             self.report_down(&conn);
             return Err(e);
@@ -766,21 +943,25 @@ impl Inner {
         deadline: Instant,
         patience: Duration,
     ) -> Result<Connected, NetError> {
-        let mut dec = Decoder::new(READ_BUF, MAX_HANDSHAKE_FRAME);
         let mut registered = None;
-        let outcome = handshake::initiate(stream, &mut dec, &self.me, deadline, |h| {
+        let outcome = handshake::initiate(stream, &self.me, deadline, |h| {
             let ok = self.register_outbound(token, h)?;
             if ok {
                 registered = Some(h.name.clone());
             }
             Ok(ok)
         });
+        let mut opened = None;
         let res = match outcome {
-            Ok(Outcome::Up(hello)) => self
+            Ok((Outcome::Up(hello), session, rest)) => self
                 .configure(stream, &hello)
                 .map_err(NetError::from)
-                .and_then(|()| self.commit_outbound(token, &hello, stream)),
-            Ok(Outcome::Duplicate(hello)) => {
+                .and_then(|()| {
+                    let (sealer, opener) = session.split();
+                    opened = Some((opener, rest));
+                    self.commit_outbound(token, &hello, stream, sealer)
+                }),
+            Ok((Outcome::Duplicate(hello), _, _)) => {
                 self.release(registered.as_deref(), token);
                 log::debug!(
                     "graft-net: already connected to {}; waiting for it",
@@ -796,8 +977,12 @@ impl Inner {
         };
         match res {
             Ok(conn) => {
-                dec.set_max_frame(self.cfg.max_frame);
-                Ok(Connected::New(conn, dec))
+                let (opener, rest) = opened.expect("the session");
+                let reader = Reader {
+                    src: SealedReader::new(stream.try_clone()?, opener, &rest),
+                    dec: Decoder::new(READ_BUF, self.cfg.max_frame),
+                };
+                Ok(Connected::New(conn, reader))
             }
             Err(e) => {
                 self.release(registered.as_deref(), token);
@@ -832,6 +1017,7 @@ impl Inner {
         token: u64,
         hello: &Hello,
         stream: &TcpStream,
+        sealer: Sealer,
     ) -> Result<Arc<Conn>, NetError> {
         let mut st = self.state.lock();
         if st.closed {
@@ -849,7 +1035,7 @@ impl Inner {
                 hello.name
             )));
         }
-        let conn = self.new_conn(hello, stream)?;
+        let conn = self.new_conn(hello, stream, sealer)?;
         self.install(&mut st, &conn);
         drop(st);
         self.changed.notify_all();
@@ -925,16 +1111,11 @@ impl Inner {
     }
 
     fn wake_acceptor(&self) {
+        // Refuse connections from now on (on Linux, a connect to a shut-down
+        // listener is reset), and wake the poller.
         let _ = self.listener.shutdown(Shutdown::Both);
-        // In case shutting the listener down did not wake `accept` (it does
-        // on Linux), connect to it; refused or accepted, either wakes it.
-        let mut addr = self.local_addr;
-        if addr.ip().is_unspecified() {
-            addr.set_ip(match addr.ip() {
-                IpAddr::V4(_) => Ipv4Addr::LOCALHOST.into(),
-                IpAddr::V6(_) => Ipv6Addr::LOCALHOST.into(),
-            });
+        if let Err(e) = self.poller.notify() {
+            log::warn!("graft-net: cannot wake the accept thread: {e}");
         }
-        let _ = TcpStream::connect_timeout(&addr, Duration::from_millis(200));
     }
 }

@@ -43,10 +43,13 @@ fn shutdown_joins_all_threads_and_reports_each_peer_down_once() {
     let _idle = TcpStream::connect(nodes[0].0.local_addr()).unwrap();
     let mut half = TcpStream::connect(nodes[1].0.local_addr()).unwrap();
     half.write_all(&[0, 0, 0, 50, 1, 0, 1]).unwrap();
-    // 1 acceptor per node, 1 reader + 1 writer per peer, 2 handshakes.
-    wait_until("threads started", || {
-        threads() >= before + 3 + 3 * 2 * 2 + 2
+    // 1 acceptor per node, 1 reader + 1 writer per peer; the two pending
+    // handshakes hold no thread (the acceptor drives them).
+    wait_until("handshakes pending", || {
+        nodes[0].0.handshake_stats().pending == 1 && nodes[1].0.handshake_stats().pending == 1
     });
+    wait_until("threads started", || threads() >= before + 3 + 3 * 2 * 2);
+    assert_eq!(threads(), before + 3 + 3 * 2 * 2);
 
     for (t, _) in &nodes {
         t.shutdown();

@@ -65,6 +65,9 @@ pub struct NodeConfig {
     pub(crate) auto_connect: crate::netmon::AutoConnect,
     pub(crate) observer: Option<crate::observer::ObserverConfig>,
     pub(crate) default_logger: bool,
+    pub(crate) max_pending_handshakes: Option<usize>,
+    pub(crate) handshake_timeout: Option<Duration>,
+    pub(crate) encrypt: bool,
 }
 
 impl NodeConfig {
@@ -82,6 +85,9 @@ impl NodeConfig {
             auto_connect: Default::default(),
             observer: None,
             default_logger: true,
+            max_pending_handshakes: None,
+            handshake_timeout: None,
+            encrypt: false,
         }
     }
     /// The node's name, `name@host` (its [`NodeId`] is a hash of it, and it
@@ -167,6 +173,44 @@ impl NodeConfig {
     /// [`report`](crate::report).
     pub fn default_logger(mut self, on: bool) -> NodeConfig {
         self.default_logger = on;
+        self
+    }
+    /// At most this many inbound connections in their handshake at once
+    /// (default 64); beyond it, new sockets are closed at once. Pending
+    /// handshakes hold no thread.
+    ///
+    /// ```
+    /// let cfg = graft::NodeConfig::new("127.0.0.1:0").max_pending_handshakes(16);
+    /// # let _ = cfg;
+    /// ```
+    pub fn max_pending_handshakes(mut self, n: usize) -> NodeConfig {
+        self.max_pending_handshakes = Some(n);
+        self
+    }
+    /// How long an inbound connection has to complete its handshake
+    /// (default 5 s).
+    ///
+    /// ```
+    /// let cfg = graft::NodeConfig::new("127.0.0.1:0")
+    ///     .handshake_timeout(std::time::Duration::from_secs(2));
+    /// # let _ = cfg;
+    /// ```
+    pub fn handshake_timeout(mut self, timeout: Duration) -> NodeConfig {
+        self.handshake_timeout = Some(timeout);
+        self
+    }
+    /// Encrypt all distribution traffic (AES-256-GCM with keys from the
+    /// handshake) instead of only authenticating it (the default: every
+    /// frame carries a MAC, so none can be forged or replayed, but they
+    /// can be read on the wire). A connection is encrypted when either
+    /// node asks for it. See `docs/security.md`.
+    ///
+    /// ```
+    /// let cfg = graft::NodeConfig::new("127.0.0.1:0").encrypt(true);
+    /// # let _ = cfg;
+    /// ```
+    pub fn encrypt(mut self, on: bool) -> NodeConfig {
+        self.encrypt = on;
         self
     }
     /// The configured number of workers.
@@ -658,6 +702,13 @@ impl Node {
         if let Some(tick) = config.heartbeat {
             net = net.heartbeat(tick);
         }
+        if let Some(n) = config.max_pending_handshakes {
+            net = net.max_pending_handshakes(n);
+        }
+        if let Some(t) = config.handshake_timeout {
+            net = net.handshake_timeout(t);
+        }
+        net = net.encrypt(config.encrypt);
         let handler = Arc::new(NetHandler {
             node: Arc::downgrade(&shared),
         });

@@ -1,0 +1,151 @@
+//! Inbound connections that have not authenticated yet: each is a socket
+//! and a handshake state machine, driven by the listener thread on a
+//! poller (see `transport.rs`, "Pending handshakes"). Nothing here blocks.
+
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use crate::handshake::{Handshake, Hello, Identity, Step};
+use crate::poll::Registered;
+use crate::NetError;
+
+/// Counters of the inbound handshakes of a [`Transport`](crate::Transport),
+/// from [`Transport::handshake_stats`](crate::Transport::handshake_stats).
+///
+/// # Examples
+///
+/// ```
+/// # use std::sync::Arc;
+/// # use graft_net::{Handler, NetConfig, NetError, PeerInfo, Transport};
+/// # struct Quiet;
+/// # impl Handler for Quiet {
+/// #     fn peer_up(&self, _: &PeerInfo) {}
+/// #     fn frame(&self, _: &PeerInfo, _: u8, _: Vec<u8>) {}
+/// #     fn peer_down(&self, _: &PeerInfo, _: &NetError) {}
+/// # }
+/// let t = Transport::start(NetConfig::new("n", "127.0.0.1:0".parse().unwrap()).cookie("c"), Arc::new(Quiet)).unwrap();
+/// assert_eq!(t.handshake_stats().pending, 0);
+/// t.shutdown();
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HandshakeStats {
+    /// Inbound handshakes in progress now.
+    pub pending: u64,
+    /// Sockets closed at once because `max_pending_handshakes` were in
+    /// progress.
+    pub refused_over_limit: u64,
+    /// Handshakes that did not complete within `handshake_timeout`.
+    pub timed_out: u64,
+    /// Handshakes that failed: a wrong cookie, a replay, garbage, a
+    /// protocol version we do not speak, a peer that closed.
+    pub failed: u64,
+    /// Handshakes that completed (the peer kept, or dropped as a duplicate).
+    pub completed: u64,
+}
+
+/// The live counters behind [`HandshakeStats`].
+#[derive(Debug, Default)]
+pub(crate) struct Stats {
+    pub(crate) pending: AtomicU64,
+    pub(crate) refused_over_limit: AtomicU64,
+    pub(crate) timed_out: AtomicU64,
+    pub(crate) failed: AtomicU64,
+    pub(crate) completed: AtomicU64,
+}
+
+impl Stats {
+    pub(crate) fn snapshot(&self) -> HandshakeStats {
+        let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        HandshakeStats {
+            pending: r(&self.pending),
+            refused_over_limit: r(&self.refused_over_limit),
+            timed_out: r(&self.timed_out),
+            failed: r(&self.failed),
+            completed: r(&self.completed),
+        }
+    }
+
+    pub(crate) fn bump(a: &AtomicU64) {
+        a.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// One inbound connection in its handshake.
+#[derive(Debug)]
+pub(crate) struct Pending {
+    pub(crate) sock: Registered<TcpStream>,
+    pub(crate) remote: SocketAddr,
+    pub(crate) deadline: Instant,
+    /// Created when the first bytes arrive (an idle socket costs only its
+    /// descriptor and this entry).
+    pub(crate) hs: Option<Handshake>,
+}
+
+/// What driving a pending connection came to.
+#[derive(Debug)]
+pub(crate) enum Driven {
+    /// Still in its handshake.
+    Waiting,
+    /// The initiator proved the cookie and its key: decide.
+    Decide(Hello),
+    /// Failed or closed; drop it.
+    Failed(NetError),
+}
+
+impl Pending {
+    /// Reads what the socket has (without blocking), feeds it to the
+    /// handshake and writes the answer.
+    pub(crate) fn drive(&mut self, me: &Identity) -> Driven {
+        let mut buf = [0u8; 2048];
+        loop {
+            let n = match (&mut self.sock.get()).read(&mut buf) {
+                Ok(0) => return Driven::Failed(NetError::Closed),
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if let Err(e) = self.sock.rearm() {
+                        return Driven::Failed(e.into());
+                    }
+                    return Driven::Waiting;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Driven::Failed(e.into()),
+            };
+            let hs = self.hs.get_or_insert_with(|| Handshake::acceptor(me));
+            let step = hs.feed(&buf[..n]);
+            if let Err(e) = self.flush() {
+                return Driven::Failed(e);
+            }
+            match step {
+                Ok(Step::More) => {}
+                Ok(Step::Decide(h)) => return Driven::Decide(h),
+                Ok(s) => {
+                    return Driven::Failed(NetError::Handshake(format!(
+                        "unexpected acceptor step {s:?}"
+                    )))
+                }
+                Err(e) => return Driven::Failed(e),
+            }
+        }
+    }
+
+    /// Writes the handshake's output. It is small (a few hundred bytes at
+    /// most) and the socket's buffer empty, so a write that would block is
+    /// a peer that does not read: a failure.
+    pub(crate) fn flush(&mut self) -> Result<(), NetError> {
+        let Some(hs) = self.hs.as_mut() else {
+            return Ok(());
+        };
+        if !hs.has_output() {
+            return Ok(());
+        }
+        let out = hs.take_output();
+        match (&mut self.sock.get()).write(&out) {
+            Ok(n) if n == out.len() => Ok(()),
+            Ok(_) => Err(NetError::Handshake("the peer does not read".into())),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
