@@ -78,6 +78,8 @@
 
 pub mod application;
 pub mod gen_server;
+pub mod global;
+pub mod pg;
 pub mod prelude;
 pub mod supervisor;
 

@@ -288,6 +288,14 @@ pub enum Dest {
     Name(String),
     /// A name registered on another node.
     Remote(String, NodeId),
+    /// A process alias (see [`alias`](crate::alias)).
+    Alias(crate::Alias),
+}
+
+impl From<crate::Alias> for Dest {
+    fn from(a: crate::Alias) -> Dest {
+        Dest::Alias(a)
+    }
 }
 
 impl From<Pid> for Dest {
@@ -333,7 +341,7 @@ pub fn send<M: Message>(to: Pid, msg: M) {
         }
         return;
     }
-    let mail = Mail::msg(msg);
+    let mail = Mail::message(msg);
     // SAFETY: `current` is set while this worker resumes a process (which
     // it keeps alive meanwhile); that process is the caller.
     let Some(me) = (unsafe { w.current.get().as_ref() }) else {
@@ -382,15 +390,16 @@ pub fn send_to<M: Message>(to: impl Into<Dest>, msg: M) -> Result<(), Error> {
             let (desc, bytes) = msg.encode_remote()?;
             w.node.dist.deliver_encoded(p, desc, &bytes);
         }
-        Dest::Pid(p) => w.node.deliver(p, Mail::msg(msg)),
+        Dest::Pid(p) => w.node.deliver(p, Mail::message(msg)),
         Dest::Name(n) => match w.node.registry.lookup(&n) {
-            Some(p) => w.node.deliver(p, Mail::msg(msg)),
+            Some(p) => w.node.deliver(p, Mail::message(msg)),
             None => return Err(Error::NotRegistered(n)),
         },
         Dest::Remote(n, node) if node == w.node.id => match w.node.registry.lookup(&n) {
-            Some(p) => w.node.deliver(p, Mail::msg(msg)),
+            Some(p) => w.node.deliver(p, Mail::message(msg)),
             None => return Err(Error::NotRegistered(n)),
         },
+        Dest::Alias(a) => crate::alias::send_alias_on(&w.node, a, msg)?,
         Dest::Remote(name, node) => {
             let (desc, bytes) = msg.encode_remote()?;
             w.node

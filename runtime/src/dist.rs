@@ -16,6 +16,8 @@
 //! |------|-------------------------------------------------------------|
 //! | 16   | deliver: to-pid (node u64, creation u32, serial u64), descriptor hash u64, graph bytes |
 //! | 17   | control: a graph-encoded [`Ctl`]                             |
+//! | 18   | alias: owner pid, alias id u64, descriptor hash u64, graph bytes (see `alias.rs`) |
+//! | 19   | request: to-pid, caller pid, reference id u64, descriptor hash u64, graph bytes: a message with its monitor (see `alias.rs`) |
 //!
 //! # Node loss
 //!
@@ -46,6 +48,10 @@ use std::sync::{OnceLock, Weak};
 const KIND_DELIVER: u8 = FIRST_USER_KIND;
 /// Frame kind: a control command.
 const KIND_CTL: u8 = FIRST_USER_KIND + 1;
+/// Frame kind: a message for a process alias (see `alias.rs`).
+pub(crate) const KIND_ALIAS: u8 = FIRST_USER_KIND + 2;
+/// Frame kind: a request, its monitor included (see `alias.rs`).
+pub(crate) const KIND_REQUEST: u8 = FIRST_USER_KIND + 3;
 /// Bytes before the message in a deliver frame.
 const DELIVER_HEADER: usize = 8 + 4 + 8 + 8;
 /// Frames at least this big are queued from the worker's own stack: the
@@ -60,7 +66,7 @@ const BIG_FRAME: usize = 16 << 10;
 /// thread. (A process that runs on without stopping has its frames flushed
 /// by the timer thread within a tick, see [`Dist::flush_all_held`], or by
 /// the writer once 32 KiB are held.)
-fn queue(sender: &PeerSender, kind: u8, payload: &[u8]) -> Result<(), NetError> {
+pub(crate) fn queue(sender: &PeerSender, kind: u8, payload: &[u8]) -> Result<(), NetError> {
     let send = || {
         let Some(w) = crate::context::worker() else {
             return sender.send(kind, payload);
@@ -159,6 +165,13 @@ pub(crate) enum Ctl {
     Peers {
         addrs: Vec<String>,
     },
+    /// A monitor on the process registered as `name` on the receiver
+    /// (`Down` with `NoProc` at once if none is).
+    MonitorName {
+        watcher: Pid,
+        name: String,
+        r: MonitorRef,
+    },
 }
 
 /// The answer to a request a process made of another node.
@@ -198,6 +211,10 @@ pub(crate) struct Dist {
     peers: RwLock<AHashMap<NodeId, Peer>>,
     watches: Mutex<AHashMap<NodeId, Watches>>,
     next_req: AtomicU64,
+    /// Node monitors, known nodes, auto-connect, the partition filter.
+    pub(crate) mon: crate::netmon::NetMon,
+    /// Frames received, by kind (deliver, ctl, alias, request): for tests.
+    pub(crate) frames_in: [AtomicU64; 4],
 }
 
 impl Dist {
@@ -207,6 +224,8 @@ impl Dist {
             peers: RwLock::new(AHashMap::new()),
             watches: Mutex::new(AHashMap::new()),
             next_req: AtomicU64::new(1),
+            mon: Default::default(),
+            frames_in: Default::default(),
         }
     }
 
@@ -244,7 +263,7 @@ impl Dist {
 
     /// The connection to `node` now, if it leads to incarnation `creation`
     /// (any, if `None`).
-    fn connection(&self, node: NodeId, creation: Option<u32>) -> Option<PeerId> {
+    pub(crate) fn connection(&self, node: NodeId, creation: Option<u32>) -> Option<PeerId> {
         let peers = self.peers.read();
         let p = peers.get(&node)?;
         (creation.is_none() || creation == Some(p.info.creation)).then_some(p.info.id)
@@ -252,7 +271,7 @@ impl Dist {
 
     /// Sends one frame to `node`, on connection `only` if given (and not at
     /// all if that one is gone).
-    fn send_frame(
+    pub(crate) fn send_frame(
         &self,
         node: NodeId,
         only: Option<PeerId>,
@@ -274,7 +293,7 @@ impl Dist {
 
     /// Sends a control command on one connection to `node`: a command whose
     /// record names that connection (see [`Watches`]).
-    fn send_ctl_on(&self, node: NodeId, conn: PeerId, c: &Ctl) -> Result<(), Error> {
+    pub(crate) fn send_ctl_on(&self, node: NodeId, conn: PeerId, c: &Ctl) -> Result<(), Error> {
         self.send_frame(node, Some(conn), KIND_CTL, &graph::encode(c))
     }
 
@@ -293,6 +312,7 @@ impl Dist {
         let Some(peer) = self.peers.write().remove(&node) else {
             return false;
         };
+        self.mon.note_down(node, peer.info.id, "disconnect".into());
         t.disconnect(peer.info.id);
         true
     }
@@ -300,24 +320,45 @@ impl Dist {
     /// Sends an encoded message to a remote pid (dropped if its node or its
     /// incarnation is gone, as a send to a dead process is).
     pub(crate) fn deliver_encoded(&self, to: Pid, desc: u64, bytes: &[u8]) {
-        let peers = self.peers.read();
-        let Some(peer) = peers.get(&to.node()) else {
-            log::debug!(
-                "graft: no connection to {}: message to {to} dropped",
-                to.node()
-            );
-            return;
+        let make = || {
+            let mut frame = Vec::with_capacity(DELIVER_HEADER + bytes.len());
+            frame.extend_from_slice(&to.node().0.to_le_bytes());
+            frame.extend_from_slice(&to.creation().to_le_bytes());
+            frame.extend_from_slice(&to.serial().to_le_bytes());
+            frame.extend_from_slice(&desc.to_le_bytes());
+            frame.extend_from_slice(bytes);
+            frame
         };
-        if peer.info.creation != to.creation() {
-            return; // an earlier incarnation: that process is dead
+        self.send_to_pid_node(to, KIND_DELIVER, make);
+    }
+
+    /// Queues the frame `make` builds for the node of `to`, if connected to
+    /// its incarnation; if that node is not connected, hands it to
+    /// auto-connect (see `netmon.rs`), which may hold it until connected.
+    pub(crate) fn send_to_pid_node(&self, to: Pid, kind: u8, make: impl FnOnce() -> Vec<u8>) {
+        {
+            let peers = self.peers.read();
+            if let Some(peer) = peers.get(&to.node()) {
+                if peer.info.creation != to.creation() {
+                    return; // an earlier incarnation: that process is dead
+                }
+                let _ = queue(&peer.sender, kind, &make());
+                return;
+            }
         }
-        let mut frame = Vec::with_capacity(DELIVER_HEADER + bytes.len());
-        frame.extend_from_slice(&to.node().0.to_le_bytes());
-        frame.extend_from_slice(&to.creation().to_le_bytes());
-        frame.extend_from_slice(&to.serial().to_le_bytes());
-        frame.extend_from_slice(&desc.to_le_bytes());
-        frame.extend_from_slice(bytes);
-        let _ = queue(&peer.sender, KIND_DELIVER, &frame);
+        self.mon.undeliverable(self, to, kind, make());
+    }
+
+    /// Sends a frame to `to`'s node if it is connected to that
+    /// incarnation; `true` if queued. (Used by auto-connect, under its
+    /// lock, to keep frames in order.)
+    pub(crate) fn try_send_to_pid_node(&self, to: Pid, kind: u8, frame: &[u8]) -> Option<bool> {
+        let peers = self.peers.read();
+        let peer = peers.get(&to.node())?;
+        if peer.info.creation != to.creation() {
+            return Some(false);
+        }
+        Some(queue(&peer.sender, kind, frame).is_ok())
     }
 
     /// Routes mail for a remote pid.
@@ -388,7 +429,16 @@ impl Dist {
         sent || !self.forget_monitor(node, r)
     }
 
-    fn forget_monitor(&self, node: NodeId, r: MonitorRef) -> bool {
+    /// Records that local `watcher` monitors remote `target` over `conn`.
+    pub(crate) fn record_monitor(&self, r: MonitorRef, watcher: Pid, target: Pid, conn: PeerId) {
+        self.watches()
+            .entry(target.node())
+            .or_default()
+            .monitors
+            .push((r, watcher, target, conn));
+    }
+
+    pub(crate) fn forget_monitor(&self, node: NodeId, r: MonitorRef) -> bool {
         let mut w = self.watches();
         let Some(ws) = w.get_mut(&node) else {
             return false;
@@ -399,7 +449,7 @@ impl Dist {
     }
 
     /// Records that a process of `node` monitors local `target` over `conn`.
-    fn record_watched(&self, node: NodeId, r: MonitorRef, target: Pid, conn: PeerId) {
+    pub(crate) fn record_watched(&self, node: NodeId, r: MonitorRef, target: Pid, conn: PeerId) {
         self.watches()
             .entry(node)
             .or_default()
@@ -407,11 +457,13 @@ impl Dist {
             .push((r, target, conn));
     }
 
-    /// Forgets such a record (the monitor was cancelled or has fired).
-    fn forget_watched(&self, node: NodeId, r: MonitorRef) {
-        if let Some(ws) = self.watches().get_mut(&node) {
-            ws.watched.retain(|w| w.0 != r);
-        }
+    /// Forgets such a record (the monitor was cancelled or has fired);
+    /// returns its target if there was one.
+    pub(crate) fn forget_watched(&self, node: NodeId, r: MonitorRef) -> Option<Pid> {
+        let mut w = self.watches();
+        let ws = w.get_mut(&node)?;
+        let i = ws.watched.iter().position(|w| w.0 == r)?;
+        Some(ws.watched.swap_remove(i).1)
     }
 
     pub(crate) fn demonitor(&self, target: Pid, r: MonitorRef) {
@@ -539,6 +591,15 @@ impl Handler for NetHandler {
             return;
         };
         let id = crate::pid::note_node_name(&peer.name);
+        if crate::netmon::partitioned(n.id, id) {
+            log::info!(
+                "graft: {} refuses {} (partitioned by a test)",
+                n.name,
+                peer.name
+            );
+            t.disconnect(peer.id);
+            return;
+        }
         let others: Vec<String> = n
             .dist
             .peers
@@ -546,13 +607,15 @@ impl Handler for NetHandler {
             .values()
             .map(|p| p.info.listen_addr.to_string())
             .collect();
-        n.dist.peers.write().insert(
-            id,
-            Peer {
-                info: peer.clone(),
-                sender,
-            },
-        );
+        n.dist.mon.peer_up(&n, id, peer, || {
+            n.dist.peers.write().insert(
+                id,
+                Peer {
+                    info: peer.clone(),
+                    sender,
+                },
+            );
+        });
         log::info!(
             "graft: {} connected to {} (id {:016x}) at {}",
             n.name,
@@ -568,8 +631,17 @@ impl Handler for NetHandler {
     fn frame(&self, peer: &PeerInfo, kind: u8, payload: Vec<u8>) {
         let Some(n) = self.node.upgrade() else { return };
         let from = NodeId::from_name(&peer.name);
+        if let Some(c) = n
+            .dist
+            .frames_in
+            .get(usize::from(kind.wrapping_sub(KIND_DELIVER)))
+        {
+            c.fetch_add(1, Ordering::Relaxed);
+        }
         match kind {
             KIND_DELIVER => on_deliver(&n, peer, payload),
+            KIND_ALIAS => crate::alias::on_alias_frame(&n, peer, payload),
+            KIND_REQUEST => crate::alias::on_request_frame(&n, peer, from, payload),
             KIND_CTL => match graph::decode::<Ctl>(&payload) {
                 Ok(c) => on_ctl(&n, peer, from, c),
                 Err(e) => {
@@ -597,6 +669,9 @@ impl Handler for NetHandler {
     fn peer_down(&self, peer: &PeerInfo, reason: &NetError) {
         let Some(n) = self.node.upgrade() else { return };
         log::info!("graft: {} lost {}: {reason}", n.name, peer.name);
+        n.dist
+            .mon
+            .note_down(NodeId::from_name(&peer.name), peer.id, reason.to_string());
         let _ = n.commands.send(NodeCommand::PeerDown {
             node: NodeId::from_name(&peer.name),
             peer: peer.id,
@@ -700,7 +775,8 @@ fn on_ctl(n: &std::sync::Arc<NodeShared>, peer: &PeerInfo, from: NodeId, c: Ctl)
             }
         }
         Ctl::Demonitor { target, r } => {
-            n.dist.forget_watched(from, r);
+            // The recorded target: a monitor by name knows no pid.
+            let target = n.dist.forget_watched(from, r).unwrap_or(target);
             n.unwatch(target, r);
         }
         Ctl::Down {
@@ -761,6 +837,26 @@ fn on_ctl(n: &std::sync::Arc<NodeShared>, peer: &PeerInfo, from: NodeId, c: Ctl)
                     link,
                 },
             );
+        }
+        Ctl::MonitorName { watcher, name, r } => {
+            let target = n.registry.lookup(&name);
+            let added =
+                target.is_some_and(|t| n.with_live_meta(t, |m| m.watchers.push((r, watcher))));
+            match target {
+                Some(t) if added => n.dist.record_watched(from, r, t, peer.id),
+                _ => {
+                    let target = target.unwrap_or(crate::netmon::name_placeholder(n.id));
+                    let _ = n.dist.send_ctl(
+                        from,
+                        &Ctl::Down {
+                            watcher,
+                            target,
+                            r,
+                            reason: ExitReason::NoProc,
+                        },
+                    );
+                }
+            }
         }
         Ctl::Peers { addrs } => {
             for a in addrs {
@@ -834,6 +930,7 @@ pub(crate) fn node_lost(n: &NodeShared, node: NodeId, peer: PeerId) {
             peers.remove(&node);
         }
     }
+    n.dist.mon.node_lost(n, node, peer);
     let ws = {
         let mut w = n.dist.watches();
         let Some(ws) = w.get_mut(&node) else { return };

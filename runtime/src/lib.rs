@@ -76,6 +76,7 @@
 // `#[derive(Mobile)]` names `::graft::...`; let it work inside this crate too.
 extern crate self as graft;
 
+mod alias;
 mod api;
 mod channel;
 mod context;
@@ -88,6 +89,7 @@ mod generator;
 pub mod graph;
 mod loom;
 mod message;
+mod netmon;
 mod node;
 mod overflow;
 mod pid;
@@ -98,6 +100,10 @@ mod stack;
 mod table;
 mod wakeup;
 
+pub use alias::{
+    alias, receive_response, reply, request, send_alias, send_request, unalias, Alias,
+    RequestError, RequestId,
+};
 pub use api::{
     blocking, call_on, cancel_timer, connect, demonitor, demonitor_flush, disconnect, exit,
     exit_self, is_alive, link, local, make_ref, monitor, node_name, nodes, process_count,
@@ -118,6 +124,9 @@ pub use generator::{Generator, GeneratorState, Yielder};
 pub use graft_derive::Mobile;
 pub use graph::Mobile;
 pub use message::Local;
+pub use netmon::{
+    connect_name, monitor_name, monitor_node, monitor_nodes, testing, AutoConnect, NodeDown, NodeUp,
+};
 pub use node::{Node, NodeConfig};
 pub use pid::{MonitorRef, NodeId, Pid};
 pub use process::receive::{expect, expect_timeout, receive, Receive, Unknown};

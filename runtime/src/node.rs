@@ -62,6 +62,7 @@ pub struct NodeConfig {
     pub(crate) shutdown_timeout: Duration,
     pub(crate) max_processes: usize,
     pub(crate) heartbeat: Option<Duration>,
+    pub(crate) auto_connect: crate::netmon::AutoConnect,
 }
 
 impl NodeConfig {
@@ -76,6 +77,7 @@ impl NodeConfig {
             shutdown_timeout: Duration::from_secs(5),
             max_processes: 1 << 20,
             heartbeat: None,
+            auto_connect: Default::default(),
         }
     }
     /// The node's name, `name@host` (its [`NodeId`] is a hash of it, and it
@@ -130,6 +132,13 @@ impl NodeConfig {
     /// declared lost (default 1 s).
     pub fn heartbeat(mut self, tick: Duration) -> NodeConfig {
         self.heartbeat = Some(tick);
+        self
+    }
+    /// When to connect to a known node on first use of one of its pids
+    /// (default [`AutoConnect::Always`](crate::AutoConnect::Always), as
+    /// Erlang's `dist_auto_connect`).
+    pub fn auto_connect(mut self, mode: crate::netmon::AutoConnect) -> NodeConfig {
+        self.auto_connect = mode;
         self
     }
     /// The configured number of workers.
@@ -302,7 +311,7 @@ impl NodeShared {
     /// local-only message to another node).
     pub(crate) fn mail_for<M: crate::Message>(&self, to: Pid, msg: M) -> Option<Mail> {
         if self.is_local(to) {
-            return Some(Mail::msg(msg));
+            return Some(Mail::message(msg));
         }
         match msg.encode_remote() {
             Ok((desc, bytes)) => Some(Mail::Encoded { desc, bytes }),
@@ -591,6 +600,10 @@ impl Node {
             live_cv: Condvar::new(),
             stopping: AtomicBool::new(false),
         });
+        shared
+            .dist
+            .mon
+            .init(Arc::downgrade(&shared), config.auto_connect);
         let cookie = graft_net::resolve_cookie(config.cookie.as_deref())?;
         let mut net = graft_net::NetConfig::new(name.clone(), addr)
             .creation(creation)
@@ -654,6 +667,11 @@ impl Node {
             threads: Mutex::new(threads),
             stopped: AtomicBool::new(false),
         })
+    }
+
+    /// The node's shared state (for the crate's other modules).
+    pub(crate) fn shared(&self) -> &Arc<NodeShared> {
+        &self.shared
     }
 
     /// This node's id.

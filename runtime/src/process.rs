@@ -76,6 +76,13 @@ impl Mail {
         Mail::Msg(Value::new(v))
     }
 
+    /// Mail carrying a message sent as one (it can be forwarded to another
+    /// node without knowing its type, see [`Unknown`](crate::Unknown)).
+    #[inline]
+    pub(crate) fn message<M: Message>(v: M) -> Mail {
+        Mail::Msg(Value::new_message(v))
+    }
+
     /// Is this mail an `A`? An encoded `A` from another node is decoded in
     /// place on the first ask (a copy that fails to decode is logged and
     /// dropped).
@@ -99,7 +106,7 @@ impl Mail {
         }
         match A::decode_remote(bytes) {
             Ok(a) => {
-                *self = Mail::msg(a);
+                *self = Mail::message(a);
                 true
             }
             Err(e) => {
@@ -212,6 +219,8 @@ pub(crate) struct Meta {
     pub(crate) name: Option<String>,
     pub(crate) exited: bool,
     pub(crate) trap_exits: bool,
+    /// The process's active aliases: (reference id, flags), see `alias.rs`.
+    pub(crate) aliases: LazyVec<(u64, u8)>,
 }
 
 /// Cache lines [`Process::prefetch_stack`] asks for, starting

@@ -21,7 +21,14 @@ struct VTable {
     type_id: TypeId,
     /// Drops the value: in place if inline, with its box otherwise.
     drop: unsafe fn(&mut Data),
+    /// Encodes the value for another node, for a value sent as a
+    /// [`Message`](crate::Message) (so that a process can forward mail of a
+    /// type it does not know, see [`Unknown`](crate::Unknown)).
+    encode: Option<EncodeFn>,
 }
+
+/// Encodes a value for another node: `(descriptor hash, bytes)`.
+type EncodeFn = fn(&Value) -> Result<(u64, Vec<u8>), crate::Error>;
 
 /// The storage: the value itself, or its box.
 union Data {
@@ -52,6 +59,25 @@ fn vtable<T: 'static>() -> &'static VTable {
         &VTable {
             type_id: TypeId::of::<T>(),
             drop: drop_value::<T>,
+            encode: None,
+        }
+    }
+}
+
+/// Encodes a `Value` that holds an `M`.
+fn encode_value<M: crate::Message>(v: &Value) -> Result<(u64, Vec<u8>), crate::Error> {
+    match v.downcast_ref::<M>() {
+        Some(m) => m.encode_remote(),
+        None => Err(crate::Error::NotMobile(std::any::type_name::<M>())),
+    }
+}
+
+fn vtable_message<M: crate::Message>() -> &'static VTable {
+    const {
+        &VTable {
+            type_id: TypeId::of::<M>(),
+            drop: drop_value::<M>,
+            encode: Some(encode_value::<M>),
         }
     }
 }
@@ -91,6 +117,20 @@ impl Value {
             vt: vtable::<T>(),
             data,
         }
+    }
+
+    /// Wraps a message, keeping how to encode it for another node.
+    #[inline]
+    pub fn new_message<M: crate::Message>(v: M) -> Value {
+        let mut value = Value::new(v);
+        value.vt = vtable_message::<M>();
+        value
+    }
+
+    /// Encodes the value for another node; `None` if it was not stored as a
+    /// message (see [`Value::new_message`]).
+    pub fn encode(&self) -> Option<Result<(u64, Vec<u8>), crate::Error>> {
+        self.vt.encode.map(|f| f(self))
     }
 
     /// Is it a `T`?
