@@ -52,8 +52,9 @@
 //! When calls cross nodes, the guard becomes the runtime's alias.
 
 use graft::{
-    demonitor_flush, exit_self, monitor, receive, register, send, unlink, whereis, Error,
-    ExitReason, ExitSignal, Message, MonitorRef, NodeId, Pid, ProcessDied, SpawnOpts, Unknown,
+    demonitor_flush, demonitor_flush_after, exit_self, mark, monitor, receive, register, send,
+    unlink, whereis, Alias, Error, ExitReason, ExitSignal, Message, MonitorRef, NodeId, Pid,
+    ProcessDied, SpawnOpts, Unknown,
 };
 use std::any::{Any, TypeId};
 use std::fmt;
@@ -502,8 +503,9 @@ pub struct ReplyTo<R> {
     pid: Pid,
     tag: MonitorRef,
     guard: Arc<CallGuard>,
-    /// The caller is on another node: the reply travels encoded.
-    remote: bool,
+    /// The caller is on another node: its request alias; the reply
+    /// travels encoded, through it.
+    remote: Option<Alias>,
     _r: PhantomData<fn(R)>,
 }
 
@@ -574,18 +576,12 @@ impl<R: Message> ReplyTo<R> {
             return false;
         }
         // A send never yields: the lock is not held across a switch.
-        if self.remote {
+        if let Some(alias) = self.remote {
             let result = value
                 .encode_remote()
                 .map(|(_, b)| b)
                 .map_err(|e| RemoteFail::Error(CallError::Remote(e.to_string())));
-            send(
-                self.pid,
-                RemoteReply {
-                    tag: self.tag,
-                    result,
-                },
-            );
+            graft::reply(alias, RemoteReply { result });
         } else {
             send(
                 self.pid,
@@ -717,8 +713,8 @@ struct InitAck {
 enum RemoteRequest {
     Call {
         bytes: Vec<u8>,
-        from: Pid,
-        tag: MonitorRef,
+        /// The caller's request alias (answered with [`graft::reply`]).
+        from: Alias,
         reply: u64,
     },
     Cast {
@@ -727,10 +723,10 @@ enum RemoteRequest {
     Stop(ExitReason),
 }
 
-/// A server's answer to a remote caller.
+/// A server's answer to a remote caller (through its request alias, which
+/// tags it).
 #[derive(Debug, graft::Mobile)]
 struct RemoteReply {
-    tag: MonitorRef,
     result: Result<Vec<u8>, RemoteFail>,
 }
 
@@ -1057,6 +1053,10 @@ impl<P: Protocol> Server<P> {
             return self.call_on_other_node(me, req, timeout);
         }
         let guard = caller_guard();
+        // The ref trick: the reply, the refusal and the `ProcessDied` all
+        // come after this mark, so the waits below skip whatever was in
+        // the mailbox before the call.
+        let m = mark();
         // The monitor reference is the call's tag (as in OTP): unique, and
         // its `ProcessDied` is the failure path.
         let tag = monitor(self.pid);
@@ -1068,6 +1068,7 @@ impl<P: Protocol> Server<P> {
         };
         send(self.pid, Envelope::call::<P>(req, caller));
         let got = receive()
+            .after(m)
             .when(
                 move |r: &Reply<P::Reply>| r.tag == tag,
                 |r: Reply<P::Reply>| Ok(r.value),
@@ -1087,45 +1088,40 @@ impl<P: Protocol> Server<P> {
         match got {
             Some(Ok(v)) => {
                 // The replier has cleared the guard.
-                demonitor_flush(tag);
+                demonitor_flush_after(tag, m);
                 Ok(v)
             }
             Some(Err(error @ CallError::TypeMismatch { .. })) => {
-                demonitor_flush(tag);
+                demonitor_flush_after(tag, m);
                 Err(error)
             }
             Some(Err(error)) => {
                 // A process the server handed the `ReplyTo` to may have
                 // replied just as the server died: take that reply too.
                 guard.set(None);
-                take_reply::<P::Reply>(tag).ok_or(error)
+                take_reply::<P::Reply>(tag, m).ok_or(error)
             }
             None => {
                 guard.set(None);
-                demonitor_flush(tag);
+                demonitor_flush_after(tag, m);
                 // A reply sent before the guard was cleared is already here.
-                take_reply::<P::Reply>(tag).ok_or(CallError::Timeout)
+                take_reply::<P::Reply>(tag, m).ok_or(CallError::Timeout)
             }
         }
     }
 
-    /// A call to a server on another node: the request travels encoded with
-    /// the monitor's reference as its tag, and the reply comes back the same
-    /// way (one round trip). A reply that arrives after a timeout is dropped
-    /// at this process's next remote call.
+    /// A call to a server on another node, on the runtime's request
+    /// primitive ([`graft::send_request`]): the request travels encoded in
+    /// one request frame that carries the monitor with it, the reply comes
+    /// back in one alias frame (no monitor or demonitor frames), and a
+    /// reply that arrives after a timeout is dropped at the alias.
     #[cold]
     fn call_on_other_node(
         &self,
-        me: Pid,
+        _me: Pid,
         req: P::Call,
         timeout: Option<Duration>,
     ) -> Result<P::Reply, CallError> {
-        // Late replies of earlier calls that timed out.
-        while receive()
-            .on(|_: RemoteReply| ())
-            .timeout(Duration::ZERO)
-            .is_some()
-        {}
         let bytes = req
             .encode_remote()
             .map_err(|e| CallError::Remote(e.to_string()))?
@@ -1136,30 +1132,16 @@ impl<P: Protocol> Server<P> {
                 std::any::type_name::<P::Reply>()
             )));
         };
-        let tag = monitor(self.pid);
-        send(
-            self.pid,
-            RemoteRequest::Call {
-                bytes,
-                from: me,
-                tag,
-                reply,
-            },
-        );
-        let got = receive()
-            .when(
-                move |r: &RemoteReply| r.tag == tag,
-                |r: RemoteReply| Ok(r.result),
-            )
-            .when(
-                move |d: &ProcessDied| d.monitor == tag,
-                |d: ProcessDied| Err(d.reason),
-            );
-        let got = match timeout {
-            Some(t) => got.timeout(t),
-            None => Some(got.wait()),
+        let sent = graft::send_request(self.pid, |from| RemoteRequest::Call { bytes, from, reply })
+            .map_err(|e| CallError::Remote(e.to_string()))?;
+        let got = match graft::receive_response::<RemoteReply>(sent, timeout) {
+            Ok(r) => Some(Ok(r.result)),
+            Err(graft::RequestError::Timeout) => None,
+            Err(graft::RequestError::NoProc) => Some(Err(ExitReason::NoProc)),
+            Err(graft::RequestError::NoConnection(_)) => Some(Err(ExitReason::NoConnection)),
+            Err(graft::RequestError::Died(r)) => Some(Err(r)),
+            Err(graft::RequestError::Refused(why)) => return Err(CallError::Remote(why)),
         };
-        demonitor_flush(tag);
         match got {
             Some(Ok(Ok(bytes))) => {
                 P::Reply::decode_remote(&bytes).map_err(|e| CallError::Remote(e.to_string()))
@@ -1244,8 +1226,9 @@ impl<P: Protocol> Server<P> {
 /// The reply tagged `tag` if it is in the mailbox now (the guard is
 /// cleared: no other can come).
 #[cold]
-fn take_reply<R: Message>(tag: MonitorRef) -> Option<R> {
+fn take_reply<R: Message>(tag: MonitorRef, m: graft::Mark) -> Option<R> {
     receive()
+        .after(m)
         .when(move |r: &Reply<R>| r.tag == tag, |r: Reply<R>| r.value)
         .timeout(Duration::ZERO)
 }
@@ -1699,7 +1682,7 @@ fn open<S: GenServer>(mut e: Envelope) -> Option<RequestOf<S>> {
                         pid: caller.pid,
                         tag: caller.tag,
                         guard: caller.guard,
-                        remote: false,
+                        remote: None,
                         _r: PhantomData,
                     },
                 }),
@@ -1749,22 +1732,12 @@ fn open<S: GenServer>(mut e: Envelope) -> Option<RequestOf<S>> {
 /// is answered with the mismatch; other failures are answered (calls) or
 /// logged (casts).
 fn remote_to_local<S: GenServer>(r: RemoteRequest) -> Option<RequestOf<S>> {
-    let fail = |from: Pid, tag: MonitorRef, why: RemoteFail| {
-        send(
-            from,
-            RemoteReply {
-                tag,
-                result: Err(why),
-            },
-        );
+    let fail = |from: Alias, why: RemoteFail| {
+        graft::reply(from, RemoteReply { result: Err(why) });
     };
     match r {
-        RemoteRequest::Call {
-            bytes,
-            from,
-            tag,
-            reply,
-        } => {
+        RemoteRequest::Call { bytes, from, reply } => {
+            let tag = from.reference();
             let found = graft::graph::peek_descriptor(&bytes).ok();
             let checks = [
                 (
@@ -1797,10 +1770,11 @@ fn remote_to_local<S: GenServer>(r: RemoteRequest) -> Option<RequestOf<S>> {
                         ))),
                     };
                     log::warn!(
-                        "gen_server {}: refused a call from {from}: {why:?}",
-                        me("gen_server")
+                        "gen_server {}: refused a call from {}: {why:?}",
+                        me("gen_server"),
+                        from.owner()
                     );
-                    fail(from, tag, why);
+                    fail(from, why);
                     return None;
                 }
             }
@@ -1811,20 +1785,16 @@ fn remote_to_local<S: GenServer>(r: RemoteRequest) -> Option<RequestOf<S>> {
                     Some(Request::Call {
                         req,
                         from: ReplyTo {
-                            pid: from,
+                            pid: from.owner(),
                             tag,
                             guard,
-                            remote: true,
+                            remote: Some(from),
                             _r: PhantomData,
                         },
                     })
                 }
                 Err(e) => {
-                    fail(
-                        from,
-                        tag,
-                        RemoteFail::Error(CallError::Remote(e.to_string())),
-                    );
+                    fail(from, RemoteFail::Error(CallError::Remote(e.to_string())));
                     None
                 }
             }
