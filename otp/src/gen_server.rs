@@ -23,7 +23,10 @@
 //! the server and uses the monitor reference as the call's tag, sends the
 //! request, then waits (selective receive) for either the `Reply` carrying
 //! the tag or the `ProcessDied` of the monitor, and finally removes the
-//! monitor with `demonitor_flush`. So a call to a dead server fails with
+//! monitor with `demonitor_flush_after`. The caller takes a mailbox
+//! [`mark`](graft::mark) before it makes the monitor, and every wait of the
+//! call skips the mail that was queued before the mark (Erlang's ref
+//! trick): a call costs the same whatever waits in the caller's mailbox. So a call to a dead server fails with
 //! [`CallError::NoProc`], a server dying mid-call with
 //! [`CallError::Exited`], a lost node with [`CallError::NoConnection`], and
 //! nothing hangs past the timeout.
@@ -31,9 +34,10 @@
 //! ## No late replies
 //!
 //! OTP ≥ 24 sends the reply to an *alias* of the caller that the caller
-//! deactivates when it gives up, so the runtime drops a late reply. graft has
-//! no aliases in its public API yet, so graft-otp builds the local
-//! equivalent: every calling process owns one `CallGuard` (kept in process
+//! deactivates when it gives up, so the runtime drops a late reply. A remote
+//! call does exactly that (below); a local call uses a cheaper local
+//! equivalent (a server that finds a request of other types must be able to
+//! refuse it at once, which a typed alias reply cannot carry): every calling process owns one `CallGuard` (kept in process
 //! local storage, made once per process, shared through an `Arc`) holding
 //! the tag of the one call it is waiting for. A [`ReplyTo`] carries the guard;
 //! replying takes the guard's lock, sends only if the tag is still the
@@ -49,12 +53,16 @@
 //! the cost of the call itself); dropping stale tagged replies when the
 //! caller next receives (needs a hook in every receive of the caller,
 //! including user code, and the replies would sit in the mailbox meanwhile).
-//! When calls cross nodes, the guard becomes the runtime's alias.
+//! When calls cross nodes, the guard becomes the runtime's alias: a remote
+//! call is [`graft::send_request`] / [`graft::receive_response`], one
+//! request frame carrying the monitor and one reply frame through a
+//! one-shot alias, and a late reply is dropped at the alias on the caller's
+//! node.
 
 use graft::{
-    demonitor_flush, demonitor_flush_after, exit_self, mark, monitor, receive, register, send,
-    unlink, whereis, Alias, Error, ExitReason, ExitSignal, Message, MonitorRef, NodeId, Pid,
-    ProcessDied, SpawnOpts, Unknown,
+    demonitor_flush_after, exit_self, mark, monitor, receive, register, send, unlink, whereis,
+    Alias, Error, ExitReason, ExitSignal, Message, MonitorRef, NodeId, Pid, ProcessDied, SpawnOpts,
+    Unknown,
 };
 use std::any::{Any, TypeId};
 use std::fmt;
@@ -1207,6 +1215,7 @@ impl<P: Protocol> Server<P> {
         if me == self.pid {
             calling_self(me);
         }
+        let mk = mark();
         let m = monitor(self.pid);
         if self.pid.node() != graft::this_node() {
             send(self.pid, RemoteRequest::Stop(reason.clone()));
@@ -1214,6 +1223,7 @@ impl<P: Protocol> Server<P> {
             send(self.pid, StopRequest(reason.clone()));
         }
         let died = receive()
+            .after(mk)
             .when(move |d: &ProcessDied| d.monitor == m, |d: ProcessDied| d)
             .wait();
         match died.reason {
@@ -1244,9 +1254,10 @@ fn calling_self(me: Pid) -> ! {
 /// ([`Server::call`] and [`Server::cast`] also reach a server on another
 /// node; with local-only message types they fail with [`CallError::Remote`].)
 ///
-/// A remote call is one round trip: the request travels encoded, tagged with
-/// the monitor's reference, and the reply comes back the same way. A reply
-/// that arrives after a timeout is dropped at the caller's next remote call.
+/// A remote call is one round trip, one frame each way: the request travels
+/// encoded with its monitor and the caller's one-shot alias, and the reply
+/// comes back through the alias. A reply that arrives after a timeout is
+/// dropped at the alias (it never reaches the caller's mailbox).
 impl<P: Protocol> Server<P>
 where
     P::Call: graft::Mobile,
@@ -1498,6 +1509,8 @@ pub fn start_named<S: GenServer>(name: &str, server: S) -> Result<Server<S>, Sta
 /// Outside a graft process.
 pub fn start_with<S: GenServer>(server: S, opts: StartOpts) -> Result<Server<S>, StartError> {
     let parent = me("gen_server::start");
+    // The ack and the monitor's `ProcessDied` come after this mark.
+    let mk = mark();
     let tag = graft::make_ref();
     let StartOpts {
         name,
@@ -1557,6 +1570,7 @@ pub fn start_with<S: GenServer>(server: S, opts: StartOpts) -> Result<Server<S>,
         })
         .map_err(|e| StartError::Spawn(e.to_string()))?;
     let result = receive()
+        .after(mk)
         .when(move |a: &InitAck| a.tag == tag, |a: InitAck| a.result)
         .when(
             move |d: &ProcessDied| d.monitor == m,
@@ -1571,17 +1585,19 @@ pub fn start_with<S: GenServer>(server: S, opts: StartOpts) -> Result<Server<S>,
                 unlink(pid);
                 graft::exit(pid, ExitReason::Kill);
                 receive()
+                    .after(mk)
                     .when(move |d: &ProcessDied| d.monitor == m, |_: ProcessDied| ())
                     .wait();
                 // An ack or exit signal that raced the kill is dropped.
                 let _ = receive()
+                    .after(mk)
                     .when(move |a: &InitAck| a.tag == tag, |_: InitAck| ())
                     .timeout(Duration::ZERO);
                 return Err(StartError::Timeout);
             }
         },
     };
-    demonitor_flush(m);
+    demonitor_flush_after(m, mk);
     result.map(|()| Server::from_pid(pid))
 }
 
