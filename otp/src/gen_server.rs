@@ -24,7 +24,7 @@
 //! request, then waits (selective receive) for either the `Reply` carrying
 //! the tag or the `ProcessDied` of the monitor, and finally removes the
 //! monitor with `demonitor_flush_after`. The caller takes a mailbox
-//! [`mark`](graft::mark) before it makes the monitor, and every wait of the
+//! [`mark`] before it makes the monitor, and every wait of the
 //! call skips the mail that was queued before the mark (Erlang's ref
 //! trick): a call costs the same whatever waits in the caller's mailbox. So a call to a dead server fails with
 //! [`CallError::NoProc`], a server dying mid-call with
