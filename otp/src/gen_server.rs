@@ -23,7 +23,10 @@
 //! the server and uses the monitor reference as the call's tag, sends the
 //! request, then waits (selective receive) for either the `Reply` carrying
 //! the tag or the `ProcessDied` of the monitor, and finally removes the
-//! monitor with `demonitor_flush`. So a call to a dead server fails with
+//! monitor with `demonitor_flush_after`. The caller takes a mailbox
+//! [`mark`] before it makes the monitor, and every wait of the
+//! call skips the mail that was queued before the mark (Erlang's ref
+//! trick): a call costs the same whatever waits in the caller's mailbox. So a call to a dead server fails with
 //! [`CallError::NoProc`], a server dying mid-call with
 //! [`CallError::Exited`], a lost node with [`CallError::NoConnection`], and
 //! nothing hangs past the timeout.
@@ -31,9 +34,10 @@
 //! ## No late replies
 //!
 //! OTP ≥ 24 sends the reply to an *alias* of the caller that the caller
-//! deactivates when it gives up, so the runtime drops a late reply. graft has
-//! no aliases in its public API yet, so graft-otp builds the local
-//! equivalent: every calling process owns one `CallGuard` (kept in process
+//! deactivates when it gives up, so the runtime drops a late reply. A remote
+//! call does exactly that (below); a local call uses a cheaper local
+//! equivalent (a server that finds a request of other types must be able to
+//! refuse it at once, which a typed alias reply cannot carry): every calling process owns one `CallGuard` (kept in process
 //! local storage, made once per process, shared through an `Arc`) holding
 //! the tag of the one call it is waiting for. A [`ReplyTo`] carries the guard;
 //! replying takes the guard's lock, sends only if the tag is still the
@@ -49,11 +53,16 @@
 //! the cost of the call itself); dropping stale tagged replies when the
 //! caller next receives (needs a hook in every receive of the caller,
 //! including user code, and the replies would sit in the mailbox meanwhile).
-//! When calls cross nodes, the guard becomes the runtime's alias.
+//! When calls cross nodes, the guard becomes the runtime's alias: a remote
+//! call is [`graft::send_request`] / [`graft::receive_response`], one
+//! request frame carrying the monitor and one reply frame through a
+//! one-shot alias, and a late reply is dropped at the alias on the caller's
+//! node.
 
 use graft::{
-    demonitor_flush, exit_self, monitor, receive, register, send, unlink, whereis, Error,
-    ExitReason, ExitSignal, Message, MonitorRef, NodeId, Pid, ProcessDied, SpawnOpts, Unknown,
+    demonitor_flush_after, exit_self, mark, monitor, receive, register, send, unlink, whereis,
+    Alias, Error, ExitReason, ExitSignal, Message, MonitorRef, NodeId, Pid, ProcessDied, SpawnOpts,
+    Unknown,
 };
 use std::any::{Any, TypeId};
 use std::fmt;
@@ -62,6 +71,10 @@ use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+/// `multi_call` and `abcast` over a set of nodes (OTP's
+/// `gen_server:multi_call/4` and `abcast/3`), from [`gen_server_multi`](crate::gen_server_multi).
+pub use crate::gen_server_multi::{abcast, multi_call};
 
 /// How long [`Server::call`] waits for a reply (OTP's default, 5 s).
 pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(5);
@@ -509,8 +522,9 @@ pub struct ReplyTo<R> {
     pid: Pid,
     tag: MonitorRef,
     guard: Arc<CallGuard>,
-    /// The caller is on another node: the reply travels encoded.
-    remote: bool,
+    /// The caller is on another node: its request alias; the reply
+    /// travels encoded, through it.
+    remote: Option<Alias>,
     _r: PhantomData<fn(R)>,
 }
 
@@ -581,18 +595,12 @@ impl<R: Message> ReplyTo<R> {
             return false;
         }
         // A send never yields: the lock is not held across a switch.
-        if self.remote {
+        if let Some(alias) = self.remote {
             let result = value
                 .encode_remote()
                 .map(|(_, b)| b)
                 .map_err(|e| RemoteFail::Error(CallError::Remote(e.to_string())));
-            send(
-                self.pid,
-                RemoteReply {
-                    tag: self.tag,
-                    result,
-                },
-            );
+            graft::reply(alias, RemoteReply { result });
         } else {
             send(
                 self.pid,
@@ -724,8 +732,8 @@ struct InitAck {
 enum RemoteRequest {
     Call {
         bytes: Vec<u8>,
-        from: Pid,
-        tag: MonitorRef,
+        /// The caller's request alias (answered with [`graft::reply`]).
+        from: Alias,
         reply: u64,
     },
     Cast {
@@ -734,10 +742,10 @@ enum RemoteRequest {
     Stop(ExitReason),
 }
 
-/// A server's answer to a remote caller.
+/// A server's answer to a remote caller (through its request alias, which
+/// tags it).
 #[derive(Debug, graft::Mobile)]
 struct RemoteReply {
-    tag: MonitorRef,
     result: Result<Vec<u8>, RemoteFail>,
 }
 
@@ -1064,6 +1072,10 @@ impl<P: Protocol> Server<P> {
             return self.call_on_other_node(me, req, timeout);
         }
         let guard = caller_guard();
+        // The ref trick: the reply, the refusal and the `ProcessDied` all
+        // come after this mark, so the waits below skip whatever was in
+        // the mailbox before the call.
+        let m = mark();
         // The monitor reference is the call's tag (as in OTP): unique, and
         // its `ProcessDied` is the failure path.
         let tag = monitor(self.pid);
@@ -1075,6 +1087,7 @@ impl<P: Protocol> Server<P> {
         };
         send(self.pid, Envelope::call::<P>(req, caller));
         let got = receive()
+            .after(m)
             .when(
                 move |r: &Reply<P::Reply>| r.tag == tag,
                 |r: Reply<P::Reply>| Ok(r.value),
@@ -1094,45 +1107,40 @@ impl<P: Protocol> Server<P> {
         match got {
             Some(Ok(v)) => {
                 // The replier has cleared the guard.
-                demonitor_flush(tag);
+                demonitor_flush_after(tag, m);
                 Ok(v)
             }
             Some(Err(error @ CallError::TypeMismatch { .. })) => {
-                demonitor_flush(tag);
+                demonitor_flush_after(tag, m);
                 Err(error)
             }
             Some(Err(error)) => {
                 // A process the server handed the `ReplyTo` to may have
                 // replied just as the server died: take that reply too.
                 guard.set(None);
-                take_reply::<P::Reply>(tag).ok_or(error)
+                take_reply::<P::Reply>(tag, m).ok_or(error)
             }
             None => {
                 guard.set(None);
-                demonitor_flush(tag);
+                demonitor_flush_after(tag, m);
                 // A reply sent before the guard was cleared is already here.
-                take_reply::<P::Reply>(tag).ok_or(CallError::Timeout)
+                take_reply::<P::Reply>(tag, m).ok_or(CallError::Timeout)
             }
         }
     }
 
-    /// A call to a server on another node: the request travels encoded with
-    /// the monitor's reference as its tag, and the reply comes back the same
-    /// way (one round trip). A reply that arrives after a timeout is dropped
-    /// at this process's next remote call.
+    /// A call to a server on another node, on the runtime's request
+    /// primitive ([`graft::send_request`]): the request travels encoded in
+    /// one request frame that carries the monitor with it, the reply comes
+    /// back in one alias frame (no monitor or demonitor frames), and a
+    /// reply that arrives after a timeout is dropped at the alias.
     #[cold]
     fn call_on_other_node(
         &self,
-        me: Pid,
+        _me: Pid,
         req: P::Call,
         timeout: Option<Duration>,
     ) -> Result<P::Reply, CallError> {
-        // Late replies of earlier calls that timed out.
-        while receive()
-            .on(|_: RemoteReply| ())
-            .timeout(Duration::ZERO)
-            .is_some()
-        {}
         let bytes = req
             .encode_remote()
             .map_err(|e| CallError::Remote(e.to_string()))?
@@ -1143,30 +1151,16 @@ impl<P: Protocol> Server<P> {
                 std::any::type_name::<P::Reply>()
             )));
         };
-        let tag = monitor(self.pid);
-        send(
-            self.pid,
-            RemoteRequest::Call {
-                bytes,
-                from: me,
-                tag,
-                reply,
-            },
-        );
-        let got = receive()
-            .when(
-                move |r: &RemoteReply| r.tag == tag,
-                |r: RemoteReply| Ok(r.result),
-            )
-            .when(
-                move |d: &ProcessDied| d.monitor == tag,
-                |d: ProcessDied| Err(d.reason),
-            );
-        let got = match timeout {
-            Some(t) => got.timeout(t),
-            None => Some(got.wait()),
+        let sent = graft::send_request(self.pid, |from| RemoteRequest::Call { bytes, from, reply })
+            .map_err(|e| CallError::Remote(e.to_string()))?;
+        let got = match graft::receive_response::<RemoteReply>(sent, timeout) {
+            Ok(r) => Some(Ok(r.result)),
+            Err(graft::RequestError::Timeout) => None,
+            Err(graft::RequestError::NoProc) => Some(Err(ExitReason::NoProc)),
+            Err(graft::RequestError::NoConnection(_)) => Some(Err(ExitReason::NoConnection)),
+            Err(graft::RequestError::Died(r)) => Some(Err(r)),
+            Err(graft::RequestError::Refused(why)) => return Err(CallError::Remote(why)),
         };
-        demonitor_flush(tag);
         match got {
             Some(Ok(Ok(bytes))) => {
                 P::Reply::decode_remote(&bytes).map_err(|e| CallError::Remote(e.to_string()))
@@ -1232,6 +1226,7 @@ impl<P: Protocol> Server<P> {
         if me == self.pid {
             calling_self(me);
         }
+        let mk = mark();
         let m = monitor(self.pid);
         if self.pid.node() != graft::this_node() {
             send(self.pid, RemoteRequest::Stop(reason.clone()));
@@ -1239,6 +1234,7 @@ impl<P: Protocol> Server<P> {
             send(self.pid, StopRequest(reason.clone()));
         }
         let died = receive()
+            .after(mk)
             .when(move |d: &ProcessDied| d.monitor == m, |d: ProcessDied| d)
             .wait();
         match died.reason {
@@ -1251,8 +1247,9 @@ impl<P: Protocol> Server<P> {
 /// The reply tagged `tag` if it is in the mailbox now (the guard is
 /// cleared: no other can come).
 #[cold]
-fn take_reply<R: Message>(tag: MonitorRef) -> Option<R> {
+fn take_reply<R: Message>(tag: MonitorRef, m: graft::Mark) -> Option<R> {
     receive()
+        .after(m)
         .when(move |r: &Reply<R>| r.tag == tag, |r: Reply<R>| r.value)
         .timeout(Duration::ZERO)
 }
@@ -1268,9 +1265,10 @@ fn calling_self(me: Pid) -> ! {
 /// ([`Server::call`] and [`Server::cast`] also reach a server on another
 /// node; with local-only message types they fail with [`CallError::Remote`].)
 ///
-/// A remote call is one round trip: the request travels encoded, tagged with
-/// the monitor's reference, and the reply comes back the same way. A reply
-/// that arrives after a timeout is dropped at the caller's next remote call.
+/// A remote call is one round trip, one frame each way: the request travels
+/// encoded with its monitor and the caller's one-shot alias, and the reply
+/// comes back through the alias. A reply that arrives after a timeout is
+/// dropped at the alias (it never reaches the caller's mailbox).
 impl<P: Protocol> Server<P>
 where
     P::Call: graft::Mobile,
@@ -1522,6 +1520,8 @@ pub fn start_named<S: GenServer>(name: &str, server: S) -> Result<Server<S>, Sta
 /// Outside a graft process.
 pub fn start_with<S: GenServer>(server: S, opts: StartOpts) -> Result<Server<S>, StartError> {
     let parent = me("gen_server::start");
+    // The ack and the monitor's `ProcessDied` come after this mark.
+    let mk = mark();
     let tag = graft::make_ref();
     let StartOpts {
         name,
@@ -1581,6 +1581,7 @@ pub fn start_with<S: GenServer>(server: S, opts: StartOpts) -> Result<Server<S>,
         })
         .map_err(|e| StartError::Spawn(e.to_string()))?;
     let result = receive()
+        .after(mk)
         .when(move |a: &InitAck| a.tag == tag, |a: InitAck| a.result)
         .when(
             move |d: &ProcessDied| d.monitor == m,
@@ -1595,17 +1596,19 @@ pub fn start_with<S: GenServer>(server: S, opts: StartOpts) -> Result<Server<S>,
                 unlink(pid);
                 graft::exit(pid, ExitReason::Kill);
                 receive()
+                    .after(mk)
                     .when(move |d: &ProcessDied| d.monitor == m, |_: ProcessDied| ())
                     .wait();
                 // An ack or exit signal that raced the kill is dropped.
                 let _ = receive()
+                    .after(mk)
                     .when(move |a: &InitAck| a.tag == tag, |_: InitAck| ())
                     .timeout(Duration::ZERO);
                 return Err(StartError::Timeout);
             }
         },
     };
-    demonitor_flush(m);
+    demonitor_flush_after(m, mk);
     result.map(|()| Server::from_pid(pid))
 }
 
@@ -1707,7 +1710,7 @@ fn open<S: GenServer>(mut e: Envelope) -> Option<RequestOf<S>> {
                         pid: caller.pid,
                         tag: caller.tag,
                         guard: caller.guard,
-                        remote: false,
+                        remote: None,
                         _r: PhantomData,
                     },
                 }),
@@ -1757,22 +1760,12 @@ fn open<S: GenServer>(mut e: Envelope) -> Option<RequestOf<S>> {
 /// is answered with the mismatch; other failures are answered (calls) or
 /// logged (casts).
 fn remote_to_local<S: GenServer>(r: RemoteRequest) -> Option<RequestOf<S>> {
-    let fail = |from: Pid, tag: MonitorRef, why: RemoteFail| {
-        send(
-            from,
-            RemoteReply {
-                tag,
-                result: Err(why),
-            },
-        );
+    let fail = |from: Alias, why: RemoteFail| {
+        graft::reply(from, RemoteReply { result: Err(why) });
     };
     match r {
-        RemoteRequest::Call {
-            bytes,
-            from,
-            tag,
-            reply,
-        } => {
+        RemoteRequest::Call { bytes, from, reply } => {
+            let tag = from.reference();
             let found = graft::graph::peek_descriptor(&bytes).ok();
             let checks = [
                 (
@@ -1805,10 +1798,11 @@ fn remote_to_local<S: GenServer>(r: RemoteRequest) -> Option<RequestOf<S>> {
                         ))),
                     };
                     log::warn!(
-                        "gen_server {}: refused a call from {from}: {why:?}",
-                        me("gen_server")
+                        "gen_server {}: refused a call from {}: {why:?}",
+                        me("gen_server"),
+                        from.owner()
                     );
-                    fail(from, tag, why);
+                    fail(from, why);
                     return None;
                 }
             }
@@ -1819,20 +1813,16 @@ fn remote_to_local<S: GenServer>(r: RemoteRequest) -> Option<RequestOf<S>> {
                     Some(Request::Call {
                         req,
                         from: ReplyTo {
-                            pid: from,
+                            pid: from.owner(),
                             tag,
                             guard,
-                            remote: true,
+                            remote: Some(from),
                             _r: PhantomData,
                         },
                     })
                 }
                 Err(e) => {
-                    fail(
-                        from,
-                        tag,
-                        RemoteFail::Error(CallError::Remote(e.to_string())),
-                    );
+                    fail(from, RemoteFail::Error(CallError::Remote(e.to_string())));
                     None
                 }
             }

@@ -42,3 +42,4 @@ pub use graft::{
     yield_now, Error, ExitReason, ExitSignal, Local, Message, Mobile, MonitorRef, Node, NodeConfig,
     NodeId, Pid, ProcessDied, Unknown,
 };
+pub use graft::{demonitor_flush_after, mark, Mark};

@@ -39,7 +39,7 @@ use crate::graph::DecodeError;
 use crate::message::Message;
 use crate::node::NodeShared;
 use crate::pid::{MonitorRef, NodeId, Pid};
-use crate::process::receive::receive;
+use crate::process::receive::{receive, Mark};
 use crate::process::Mail;
 use graft_net::PeerInfo;
 use std::time::Duration;
@@ -302,6 +302,9 @@ impl<R: Message> Message for Response<R> {
 pub struct RequestId {
     alias: Alias,
     target: Pid,
+    /// The caller's mailbox before the request: the answer can only come
+    /// after it (the ref trick, see [`Mark`]).
+    mark: Mark,
 }
 
 impl RequestId {
@@ -402,8 +405,13 @@ pub fn send_request<M: Message>(
     let me = current("send_request");
     let w = context::worker().expect("a process runs on a worker");
     let n: &NodeShared = &w.node;
+    let mark = crate::process::receive::mark();
     let alias = make_alias(ONCE);
-    let req = RequestId { alias, target: to };
+    let req = RequestId {
+        alias,
+        target: to,
+        mark,
+    };
     let r = alias.r;
     let msg = make(alias);
     let fail = |reason| {
@@ -479,6 +487,7 @@ pub fn receive_response<R: Message>(
     let tag = req.alias.r;
     let id = tag.id();
     let rcv = receive()
+        .after(req.mark)
         .when(
             move |r: &Response<R>| r.tag == id,
             |r: Response<R>| Ok(r.value),
@@ -509,9 +518,10 @@ pub fn receive_response<R: Message>(
             crate::api::demonitor(tag);
             // An answer that got in before the alias went.
             let late = receive()
+                .after(req.mark)
                 .when(move |r: &Response<R>| r.tag == id, |r: Response<R>| r.value)
                 .timeout(Duration::ZERO);
-            flush_down(tag);
+            flush_down(tag, req.mark);
             late.ok_or(RequestError::Timeout)
         }
     }
@@ -533,22 +543,19 @@ fn answered(req: RequestId) {
     } else {
         n.dist.forget_monitor(req.target.node(), tag);
     }
-    flush_down(tag);
+    flush_down(tag, req.mark);
 }
 
 /// Removes a `ProcessDied` for `tag` already taken into the private queue
 /// (one still in the mailbox is filtered when drained: the monitor is
-/// gone from the process's list).
-fn flush_down(tag: MonitorRef) {
+/// gone from the process's list). It came after `mark`: only the mail
+/// since is looked at.
+fn flush_down(tag: MonitorRef, mark: Mark) {
     let me = current("receive_response");
     // SAFETY: `me` is the running process.
-    let saved = &mut unsafe { me.local() }.saved;
-    if saved
-        .iter()
-        .any(|m| matches!(m, Mail::Down(d) if d.monitor == tag))
-    {
-        saved.retain(|m| !matches!(m, Mail::Down(d) if d.monitor == tag));
-    }
+    let local = unsafe { me.local() };
+    let from = crate::process::receive::start_of(local, mark);
+    crate::api::remove_down_from(&mut local.saved, from, tag);
 }
 
 /// [`send_request`] then [`receive_response`]: a call.

@@ -511,6 +511,48 @@ pub fn demonitor_flush(r: MonitorRef) {
         .retain(|m| !matches!(m, Mail::Down(d) if d.monitor == r));
 }
 
+/// [`demonitor_flush`] for a monitor made after mark `m` (see
+/// [`Mark`](crate::Mark)): its `ProcessDied` can only have come after the
+/// mark, so only the mail since is looked at (the cost does not grow with
+/// what waited in the mailbox before).
+///
+/// ```
+/// use graft::*;
+/// let node = Node::start(NodeConfig::new("127.0.0.1:0")).unwrap();
+/// node.run(|| {
+///     let m = mark();
+///     let p = spawn(|| ());
+///     let r = monitor(p);
+///     sleep(std::time::Duration::from_millis(20));
+///     demonitor_flush_after(r, m);
+///     assert!(receive().on(|_: ProcessDied| ()).timeout(std::time::Duration::ZERO).is_none());
+/// }).unwrap();
+/// ```
+pub fn demonitor_flush_after(r: MonitorRef, m: crate::Mark) {
+    demonitor(r);
+    let me = current("demonitor_flush_after");
+    // SAFETY: `me` is the running process.
+    unsafe { me.drain() };
+    // SAFETY: as above.
+    let local = unsafe { me.local() };
+    let from = crate::process::receive::start_of(local, m);
+    remove_down_from(&mut local.saved, from, r);
+}
+
+/// Removes the (one) `ProcessDied` of monitor `r` at index `from` or later.
+pub(crate) fn remove_down_from(
+    saved: &mut std::collections::VecDeque<Mail>,
+    from: usize,
+    r: MonitorRef,
+) {
+    let at = saved
+        .range(from..)
+        .position(|m| matches!(m, Mail::Down(d) if d.monitor == r));
+    if let Some(i) = at {
+        saved.remove(from + i);
+    }
+}
+
 /// Links the caller and `pid`: when either ends abnormally, the other gets an
 /// exit signal (see [`trap_exits`]). Linking to a dead or unknown process
 /// sends the caller an exit signal with `NoProc`.

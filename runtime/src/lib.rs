@@ -112,6 +112,7 @@ pub use alias::{
     alias, receive_response, reply, request, send_alias, send_request, unalias, Alias,
     RequestError, RequestId,
 };
+pub use api::demonitor_flush_after;
 pub use api::{
     blocking, call_on, cancel_timer, connect, demonitor, demonitor_flush, disconnect, exit,
     exit_self, is_alive, link, local, make_ref, monitor, node_name, nodes, process_count,
@@ -138,7 +139,7 @@ pub use netmon::{
 };
 pub use node::{Node, NodeConfig};
 pub use pid::{MonitorRef, NodeId, Pid};
-pub use process::receive::{expect, expect_timeout, receive, Receive, Unknown};
+pub use process::receive::{expect, expect_timeout, mark, receive, Mark, Receive, Unknown};
 pub use process::state::Status;
 pub use sched::timer::TimerRef;
 pub use stack::{ensure_map_count, max_map_count};

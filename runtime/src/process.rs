@@ -258,6 +258,9 @@ pub(crate) struct Local {
     /// The process this one sent to last: a process usually talks to the
     /// same peer again (a ring, a server), and the cache skips the table.
     pub(crate) last_target: Option<std::sync::Arc<Process>>,
+    /// Mail ever moved from the mailbox into `saved`: a position in the
+    /// stream of arrivals, for [`Mark`](crate::Mark) (the ref trick).
+    pub(crate) received: u64,
 }
 
 /// The unwinding payload that ends a process with a reason (an exit signal
@@ -445,7 +448,8 @@ impl Process {
         // SAFETY: the caller is the running process (our precondition).
         let local = unsafe { self.local() };
         let start = local.saved.len();
-        let (_, flagged) = self.mailbox.drain_into(&mut local.saved);
+        let (n, flagged) = self.mailbox.drain_into(&mut local.saved);
+        local.received += n as u64;
         if flagged {
             // SAFETY: as above.
             unsafe { self.handle_flagged(start) };

@@ -182,7 +182,75 @@ impl<R, F: FnOnce(Unknown) -> R> Clause<R> for Any<F> {
 #[derive(Debug)]
 pub struct Receive<R, C> {
     clauses: C,
+    /// Mail that arrived before this mark is not looked at ([`Receive::after`]).
+    after: Mark,
     _r: PhantomData<fn() -> R>,
+}
+
+/// A position in the stream of mail a process has received: taken with
+/// [`mark`], it lets a receive skip what arrived before it
+/// ([`Receive::after`]). This is Erlang's "ref trick": a receive that waits
+/// for a reply carrying a reference made after the mark can only be matched
+/// by mail that came later, so it costs the same however many unrelated
+/// messages wait in the mailbox.
+///
+/// A mark is only meaningful to the process that took it (another
+/// process's mark makes a receive look at too much or too little).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct Mark(u64);
+
+impl Mark {
+    /// The mark before any mail: a receive after it looks at everything.
+    pub const START: Mark = Mark(0);
+}
+
+/// Marks the caller's mailbox now: a receive [`after`](Receive::after) the
+/// mark skips the mail that came before. Take the mark, then make
+/// the reference (or alias, or monitor) that the awaited message will
+/// carry, then send the request.
+///
+/// # Panics
+///
+/// Outside a process.
+///
+/// ```
+/// use graft::*;
+/// let node = Node::start(NodeConfig::new("127.0.0.1:0")).unwrap();
+/// let got = node.run(|| {
+///     let me = self_pid();
+///     for i in 0..1000u32 {
+///         send(me, i); // unrelated mail, skipped below
+///     }
+///     let m = mark();
+///     let r = make_ref();
+///     spawn(move || send(me, (r, 7u32)));
+///     let v = receive()
+///         .after(m)
+///         .when(move |(t, _): &(MonitorRef, u32)| *t == r, |(_, v)| v)
+///         .wait();
+///     (v, expect::<u32>())
+/// }).unwrap();
+/// assert_eq!(got, (7, 0));
+/// ```
+pub fn mark() -> Mark {
+    let me = current("mark");
+    // SAFETY: `me` is the running process.
+    unsafe { me.drain() };
+    // SAFETY: as above.
+    Mark(unsafe { me.local() }.received)
+}
+
+/// The index in the private queue from which mail arrived after `m`: mail
+/// is only appended at the back and `received` counts every mail that was,
+/// so the `received - m` newest are after the mark (fewer if some of them
+/// were taken since: then this start is earlier than needed, never later;
+/// hence [`Receive::after`] is a shortcut for clauses on fresh references,
+/// not a filter).
+#[inline]
+pub(crate) fn start_of(local: &crate::process::Local, m: Mark) -> usize {
+    let newer = local.received.saturating_sub(m.0);
+    let newer = usize::try_from(newer).unwrap_or(usize::MAX);
+    local.saved.len().saturating_sub(newer)
 }
 
 /// Starts a selective receive: add clauses, then [`Receive::wait`] or
@@ -214,6 +282,7 @@ pub struct Receive<R, C> {
 pub fn receive<R>() -> Receive<R, ()> {
     Receive {
         clauses: (),
+        after: Mark::START,
         _r: PhantomData,
     }
 }
@@ -223,6 +292,7 @@ impl<R, C: Clauses<R>> Receive<R, C> {
     pub fn on<A: Message, F: FnOnce(A) -> R>(self, f: F) -> Receive<R, (C, On<A, F>)> {
         Receive {
             clauses: (self.clauses, On(f, PhantomData)),
+            after: self.after,
             _r: PhantomData,
         }
     }
@@ -235,6 +305,7 @@ impl<R, C: Clauses<R>> Receive<R, C> {
     ) -> Receive<R, (C, When<A, G, F>)> {
         Receive {
             clauses: (self.clauses, When(guard, f, PhantomData)),
+            after: self.after,
             _r: PhantomData,
         }
     }
@@ -243,13 +314,46 @@ impl<R, C: Clauses<R>> Receive<R, C> {
     pub fn any<F: FnOnce(Unknown) -> R>(self, f: F) -> Receive<R, (C, Any<F>)> {
         Receive {
             clauses: (self.clauses, Any(f)),
+            after: self.after,
             _r: PhantomData,
         }
     }
 
+    /// Skips mail that arrived before `m` (see [`Mark`]): what came
+    /// before stays in the mailbox, in order, and costs nothing to pass.
+    ///
+    /// As Erlang's ref trick, this is a shortcut, not a filter: every mail
+    /// that arrived after the mark is looked at, and so may a few from
+    /// before it (when mail was taken from the mailbox between the mark and
+    /// this receive). So the clauses must take only mail that carries a
+    /// reference (or alias, or monitor) made after the mark, as a call's
+    /// wait does: then the result is the same as without the mark.
+    ///
+    /// ```
+    /// use graft::*;
+    /// let node = Node::start(NodeConfig::new("127.0.0.1:0")).unwrap();
+    /// let got = node.run(|| {
+    ///     let me = self_pid();
+    ///     send(me, 1u8);
+    ///     let m = mark();
+    ///     let r = make_ref();
+    ///     send(me, (r, 2u8));
+    ///     let later = receive()
+    ///         .after(m)
+    ///         .when(move |(t, _): &(MonitorRef, u8)| *t == r, |(_, x)| x)
+    ///         .wait();
+    ///     (later, expect::<u8>())
+    /// }).unwrap();
+    /// assert_eq!(got, (2, 1));
+    /// ```
+    pub fn after(mut self, m: Mark) -> Self {
+        self.after = m;
+        self
+    }
+
     /// Waits until a clause matches and returns its result.
     pub fn wait(self) -> R {
-        match receive_until(self.clauses, None) {
+        match receive_until(self.clauses, self.after, None) {
             Some(r) => r,
             None => unreachable!("graft: a receive without deadline returned nothing"),
         }
@@ -257,12 +361,16 @@ impl<R, C: Clauses<R>> Receive<R, C> {
 
     /// Waits at most `d`; `None` if nothing matched by then.
     pub fn timeout(self, d: Duration) -> Option<R> {
-        receive_until(self.clauses, Some(crate::sched::timer::deadline_after(d)))
+        receive_until(
+            self.clauses,
+            self.after,
+            Some(crate::sched::timer::deadline_after(d)),
+        )
     }
 
     /// Waits until `deadline`; `None` if nothing matched by then.
     pub fn deadline(self, deadline: Instant) -> Option<R> {
-        receive_until(self.clauses, Some(deadline))
+        receive_until(self.clauses, self.after, Some(deadline))
     }
 }
 
@@ -294,13 +402,25 @@ fn take_first(
 }
 
 /// The receive loop shared by every form.
-fn receive_until<R, C: Clauses<R>>(clauses: C, deadline: Option<Instant>) -> Option<R> {
+fn receive_until<R, C: Clauses<R>>(
+    clauses: C,
+    after: Mark,
+    deadline: Option<Instant>,
+) -> Option<R> {
     let me = current("receive");
-    let mut scanned = 0usize;
+    let mut scanned = usize::MAX;
     let mut timer = None;
     let found = loop {
         // SAFETY: `me` is the running process.
         unsafe { me.drain() };
+        if scanned == usize::MAX {
+            scanned = if after == Mark::START {
+                0
+            } else {
+                // SAFETY: as above.
+                start_of(unsafe { me.local() }, after)
+            };
+        }
         let hit = if C::PURE {
             // SAFETY: as above; matching runs no user code, so nothing else
             // reaches `local` while this reference lives.
