@@ -1403,6 +1403,7 @@ pub struct StartOpts {
     name: Option<String>,
     timeout: Option<Duration>,
     spawn: Option<SpawnOpts>,
+    hibernate_after: Option<Duration>,
 }
 
 impl StartOpts {
@@ -1431,6 +1432,21 @@ impl StartOpts {
     /// the caller.
     pub fn spawn_opts(mut self, opts: SpawnOpts) -> StartOpts {
         self.spawn = Some(opts);
+        self
+    }
+
+    /// Hibernates the server after `idle` without a message (OTP's
+    /// `{hibernate_after, T}`): the unused part of its stack is given back
+    /// to the system ([`graft::hibernate`]) until the next message
+    /// arrives. For servers that sit idle most of the time, many of them.
+    ///
+    /// ```
+    /// use graft_otp::gen_server::StartOpts;
+    /// let opts = StartOpts::new().hibernate_after(std::time::Duration::from_secs(1));
+    /// # let _ = opts;
+    /// ```
+    pub fn hibernate_after(mut self, idle: Duration) -> StartOpts {
+        self.hibernate_after = Some(idle);
         self
     }
 }
@@ -1527,6 +1543,7 @@ pub fn start_with<S: GenServer>(server: S, opts: StartOpts) -> Result<Server<S>,
         name,
         timeout,
         spawn,
+        hibernate_after,
     } = opts;
     let (pid, m) = spawn
         .unwrap_or_default()
@@ -1564,7 +1581,7 @@ pub fn start_with<S: GenServer>(server: S, opts: StartOpts) -> Result<Server<S>,
                         },
                     );
                     let first = take_continue();
-                    let reason = serve(&mut server, Some(parent), first);
+                    let reason = serve(&mut server, Some(parent), first, hibernate_after);
                     if !reason.is_normal() {
                         exit_self(reason);
                     }
@@ -1652,7 +1669,7 @@ pub fn run<S: GenServer>(mut server: S) -> ExitReason {
     match guarded(|| server.init()).and_then(|r| r) {
         Ok(()) => {
             let first = take_continue();
-            serve(&mut server, None, first)
+            serve(&mut server, None, first, None)
         }
         Err(reason) => {
             let _ = take_continue();
@@ -1843,23 +1860,46 @@ fn remote_to_local<S: GenServer>(r: RemoteRequest) -> Option<RequestOf<S>> {
 
 /// The server loop: receive, dispatch, until a callback stops it; then
 /// `terminate` and the pending reply. Returns the exit reason.
-fn serve<S: GenServer>(server: &mut S, parent: Option<Pid>, first: Option<Continue>) -> ExitReason {
+fn serve<S: GenServer>(
+    server: &mut S,
+    parent: Option<Pid>,
+    first: Option<Continue>,
+    hibernate_after: Option<Duration>,
+) -> ExitReason {
     crate::sys::enter::<S>();
+    // The next event; with `idle`, `None` once that long passed without one.
+    let next_event = |idle: Option<Duration>| {
+        let r = receive()
+            .on(|m: Envelope| Event::<S>::Envelope(m))
+            .on(|m: graft::observe::SysRequest| Event::Sys(m))
+            .on(|m: RemoteRequest| Event::Remote(m))
+            .on(|m: StopRequest| Event::Stop(m.0))
+            .when(
+                move |s: &ExitSignal| Some(s.from) == parent,
+                |s: ExitSignal| Event::ParentExit(s.reason),
+            )
+            .any(Event::Info);
+        match idle {
+            Some(d) => r.timeout(d),
+            None => Some(r.wait()),
+        }
+    };
     let mut next = first;
     let (reason, pending) = loop {
         let event = match next.take() {
             Some(c) => Event::Continue(c),
-            None => receive()
-                .on(|m: Envelope| Event::<S>::Envelope(m))
-                .on(|m: graft::observe::SysRequest| Event::Sys(m))
-                .on(|m: RemoteRequest| Event::Remote(m))
-                .on(|m: StopRequest| Event::Stop(m.0))
-                .when(
-                    move |s: &ExitSignal| Some(s.from) == parent,
-                    |s: ExitSignal| Event::ParentExit(s.reason),
-                )
-                .any(Event::Info)
-                .wait(),
+            None => match next_event(hibernate_after) {
+                Some(e) => e,
+                None => {
+                    // Idle for `hibernate_after`: give the stack back and
+                    // wait without a deadline.
+                    graft::hibernate();
+                    match next_event(None) {
+                        Some(e) => e,
+                        None => continue,
+                    }
+                }
+            },
         };
         let event = match event {
             Event::Envelope(e) => match open::<S>(e) {
