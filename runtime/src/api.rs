@@ -28,7 +28,13 @@ pub use crate::message::Message;
 #[inline]
 pub(crate) fn current(call: &'static str) -> &'static Process {
     match context::process() {
-        Some(p) => p,
+        Some(p) => {
+            if p.has_signal.load(Ordering::Relaxed) {
+                // SAFETY: `p` is the running process.
+                unsafe { p.check_doomed() };
+            }
+            p
+        }
         None => not_in_process(call),
     }
 }
@@ -339,6 +345,10 @@ pub fn send<M: Message>(to: Pid, msg: M) {
     let Some(me) = (unsafe { w.current.get().as_ref() }) else {
         return w.node.deliver(to, mail);
     };
+    if me.has_signal.load(Ordering::Relaxed) {
+        // SAFETY: `me` is the running process.
+        unsafe { me.check_doomed() };
+    }
     // SAFETY: `me` is the running process.
     let local = unsafe { me.local() };
     let target = match &local.last_target {

@@ -70,6 +70,23 @@
 //! system calls in [`blocking`].
 //!
 //! Supervision needs unwinding: build with `panic = "unwind"` (the default).
+//!
+//! # What stays inside a process
+//!
+//! * A panic ends the process that panicked, with its message as the reason.
+//! * An exit signal acted on is not an exception: a `catch_unwind` that
+//!   swallows its unwind is overridden at the process's next runtime call,
+//!   and when its body returns, by the same reason.
+//! * A stack overflow (a fault in the guard page below a process stack) ends
+//!   that process with [`ExitReason::StackOverflow`]; links, monitors and
+//!   supervisors see it like any crash. **Its frames are abandoned, not
+//!   unwound: their destructors do not run**, so heap memory they owned
+//!   leaks and a lock held at that moment stays held. The log line names the
+//!   process, its initial call and its stack size; give it a larger
+//!   [`spawn_opts`]`().stack_size(..)`. An overflow of an OS thread's own
+//!   stack is reported by std and aborts, as in any Rust program.
+//! * A panic in the `Drop` of a message that could not be delivered (its
+//!   receiver is dead) is logged; the sender goes on.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 

@@ -227,7 +227,9 @@ impl NodeShared {
         } else {
             None
         };
-        let p = Arc::new(Process::new(pid, pinned, spec.trap_exits, stack.guard()));
+        let mut proc = Process::new(pid, pinned, spec.trap_exits, stack.guard());
+        proc.initial_call = std::any::type_name::<F>();
+        let p = Arc::new(proc);
         let raw: *const Process = Arc::as_ptr(&p);
         let raw = RawProc(raw);
         p.set_coro(Coro::new(
@@ -239,7 +241,7 @@ impl NodeShared {
                 let me = unsafe { &*raw.0 };
                 // SAFETY: as above.
                 unsafe { me.local().yielder = Some(std::ptr::NonNull::from(y)) };
-                match catch_unwind(AssertUnwindSafe(f)) {
+                let reason = match catch_unwind(AssertUnwindSafe(f)) {
                     Ok(()) => ExitReason::Normal,
                     Err(payload) => {
                         if me.forced_drop.load(Ordering::Relaxed) {
@@ -247,7 +249,11 @@ impl NodeShared {
                         }
                         exit_reason_of(&*payload)
                     }
-                }
+                };
+                // An exit signal acted on (and its unwind caught by the
+                // body) decides the reason, whatever the body returned.
+                // SAFETY: as above.
+                unsafe { me.local() }.doomed.take().unwrap_or(reason)
             }),
         ));
         {
@@ -275,13 +281,22 @@ impl NodeShared {
             return self.dist.deliver(to, mail);
         }
         if to.creation() != self.creation {
-            return; // a pid of an earlier incarnation of this node: dead
+            // A pid of an earlier incarnation of this node: dead.
+            return drop_undelivered(to, mail);
         }
+        let mut mail = Some(mail);
         self.table.with(to.serial(), |p| {
-            if p.deliver(mail) {
-                self.sched.wake(p);
+            if let Some(m) = mail.take() {
+                match p.deliver_or_return(m) {
+                    Ok(true) => self.sched.wake(p),
+                    Ok(false) => {}
+                    Err(m) => mail = Some(m),
+                }
             }
         });
+        if let Some(m) = mail {
+            drop_undelivered(to, m);
+        }
     }
 
     /// The mail that carries `msg` to `to`: the value itself for a process of
@@ -411,17 +426,15 @@ impl NodeShared {
                 }),
             );
         }
-        let link_reason = if reason == ExitReason::Kill {
-            ExitReason::Killed
-        } else {
-            reason
-        };
+        // A process killed by a `Kill` signal ends with `Killed`, which is
+        // what its links see; one that ended itself with `Kill` passes an
+        // ordinary, trappable `kill` on (Erlang).
         for l in links {
             self.deliver(
                 l,
                 Mail::Signal {
                     from: p.pid,
-                    reason: link_reason.clone(),
+                    reason: reason.clone(),
                     link: true,
                 },
             );
@@ -733,7 +746,7 @@ impl Node {
             }
         }
         let guard = Guard(slot.clone());
-        self.shared.spawn(SpawnSpec::default(), move || {
+        let pid = self.shared.spawn(SpawnSpec::default(), move || {
             let guard = guard;
             let r = catch_unwind(AssertUnwindSafe(f));
             let (value, rethrow) = match r {
@@ -752,7 +765,17 @@ impl Node {
         let (lock, cv) = &*slot;
         let mut g = lock.lock().unwrap_or_else(|e| e.into_inner());
         while g.is_none() {
-            g = cv.wait(g).unwrap_or_else(|e| e.into_inner());
+            // The guard fills the slot before the process leaves the table,
+            // unless its frames were abandoned (a stack overflow: no
+            // destructor runs), so a process gone with the slot empty
+            // overflowed its stack.
+            if self.shared.table.get(pid.serial()).is_none() {
+                return Err(Error::Exited(ExitReason::StackOverflow));
+            }
+            g = cv
+                .wait_timeout(g, Duration::from_millis(20))
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
         }
         g.take().expect("checked").map_err(Error::Exited)
     }
@@ -820,6 +843,20 @@ impl Node {
 pub(crate) fn guarded(f: impl FnOnce(), what: impl FnOnce() -> String) {
     if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
         log::error!("graft: {} panicked: {}", what(), panic_message(&*p));
+    }
+}
+
+/// Drops mail that could not be delivered (its receiver is dead), on the
+/// sender's thread: a `Drop` that panics is caught and logged here, so the
+/// sender lives (the panic is the message's, not the sender's).
+#[cold]
+#[inline(never)]
+pub(crate) fn drop_undelivered(to: Pid, mail: Mail) {
+    if matches!(mail, Mail::Msg(_)) {
+        guarded(
+            || drop(mail),
+            || format!("dropping a message for dead process {to}"),
+        );
     }
 }
 

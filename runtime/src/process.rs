@@ -9,6 +9,9 @@
 //!   so a monitor or link made concurrently either lands in the lists (and is
 //!   notified) or sees `exited` (and is answered with `NoProc` at once).
 //! * `coro`: only the worker that moved the state to `RUNNING`.
+//! * `trap`: written by that worker when it makes the coroutine (first run),
+//!   read by the overflow handler (`overflow.rs`) on the thread running the
+//!   process.
 //! * `local`: only the process itself, while it runs.
 
 pub(crate) mod mailbox;
@@ -16,7 +19,7 @@ pub(crate) mod receive;
 pub(crate) mod state;
 pub(crate) mod value;
 
-use crate::coroutine::{Coro, ProcYielder};
+use crate::coroutine::{Coro, ProcYielder, TrapSlot};
 use crate::exit::{ExitReason, ExitSignal, ProcessDied};
 use crate::loom::{AtomicBool, AtomicUsize, Mutex, Ordering, UnsafeCell};
 use crate::message::Message;
@@ -240,6 +243,12 @@ pub(crate) struct Local {
     /// The process this one sent to last: a process usually talks to the
     /// same peer again (a ring, a server), and the cache skips the table.
     pub(crate) last_target: Option<std::sync::Arc<Process>>,
+    /// The reason of the exit signal this process acted on: once set, the
+    /// process ends with it whatever its code does (a `catch_unwind` that
+    /// swallowed the unwind is overridden at the next runtime call and when
+    /// the body returns). `has_signal` stays set meanwhile, so the checks
+    /// cost nothing until then.
+    pub(crate) doomed: Option<ExitReason>,
 }
 
 /// The unwinding payload that ends a process with a reason (an exit signal
@@ -276,6 +285,12 @@ pub(crate) struct Process {
     /// The guard pages below this process's stack and the stack's size, for
     /// the overflow report (see `overflow.rs`).
     pub(crate) guard: crate::stack::Guard,
+    /// The coroutine's trap handler, for the overflow handler (set on the
+    /// first run; see `coroutine.rs`).
+    pub(crate) trap: TrapSlot,
+    /// The type of the closure the process was spawned with (Erlang's
+    /// initial call), for the overflow report.
+    pub(crate) initial_call: &'static str,
     /// About where the process's stack pointer was when it last suspended
     /// (0: never): a waker prefetches there, see [`Process::prefetch_stack`].
     parked_sp: AtomicUsize,
@@ -295,7 +310,9 @@ impl std::fmt::Debug for Process {
 // SAFETY: the `UnsafeCell` fields are each owned by one thread at a time, as
 // the module docs say: `coro` by the worker holding the RUNNING state (handed
 // over through the state word's Acquire/Release), `local` by the process's
-// own code, which runs on that worker. Everything else is atomics or locks.
+// own code, which runs on that worker. `trap` (a `Cell`) is written by that
+// worker before the coroutine first runs and read only on the thread running
+// it (handed over like `coro`). Everything else is atomics or locks.
 unsafe impl Sync for Process {}
 // SAFETY: as above; the raw yielder pointer in `local` is only dereferenced by
 // the process itself, on whichever worker it runs.
@@ -320,6 +337,8 @@ impl Process {
             pinned,
             forced_drop: AtomicBool::new(false),
             guard,
+            trap: TrapSlot::default(),
+            initial_call: "",
             parked_sp: AtomicUsize::new(0),
             coro: UnsafeCell::new(None),
             local: UnsafeCell::new(Local::default()),
@@ -389,17 +408,29 @@ impl Process {
     }
 
     /// Delivers mail; returns `true` if the caller must schedule the process.
+    /// Mail for a process that has exited is dropped (a panic in its `Drop`
+    /// is caught and logged: the sender lives).
     #[inline(always)]
     pub(crate) fn deliver(&self, mail: Mail) -> bool {
+        match self.deliver_or_return(mail) {
+            Ok(wake) => wake,
+            Err(m) => {
+                crate::node::drop_undelivered(self.pid, m);
+                false
+            }
+        }
+    }
+
+    /// [`Process::deliver`], handing the mail back if the process has exited.
+    #[inline(always)]
+    pub(crate) fn deliver_or_return(&self, mail: Mail) -> Result<bool, Mail> {
         let signal = matches!(mail, Mail::Signal { .. });
         let flagged = matches!(mail, Mail::Signal { .. } | Mail::Down(_));
-        if self.mailbox.push_flagged(mail, flagged).is_err() {
-            return false;
-        }
+        self.mailbox.push_flagged(mail, flagged)?;
         if signal {
             self.has_signal.store(true, Ordering::Release);
         }
-        self.state.wake()
+        Ok(self.state.wake())
     }
 
     /// Moves the mailbox into the private queue, handling exit signals and
@@ -412,7 +443,8 @@ impl Process {
     #[inline]
     pub(crate) unsafe fn drain(&self) {
         if self.has_signal.load(Ordering::Relaxed) {
-            self.has_signal.store(false, Ordering::Relaxed);
+            // SAFETY: the caller is the running process (our precondition).
+            unsafe { self.signal_pending() };
         }
         // SAFETY: the caller is the running process (our precondition).
         let local = unsafe { self.local() };
@@ -422,6 +454,55 @@ impl Process {
             // SAFETY: as above.
             unsafe { self.handle_flagged(start) };
         }
+    }
+
+    /// A signal was flagged, or the process is doomed: a doomed process
+    /// (one that acted on an exit signal and caught the unwind) unwinds
+    /// again with that reason; otherwise the flag is cleared for the drain.
+    ///
+    /// # Safety
+    ///
+    /// As for [`Process::local`]: called by the running process itself.
+    #[cold]
+    #[inline(never)]
+    pub(crate) unsafe fn signal_pending(&self) {
+        // SAFETY: the caller is the running process (our precondition).
+        let doomed = unsafe { &self.local().doomed };
+        match doomed {
+            // Not while unwinding already (a destructor calling the
+            // runtime): a second panic would abort the node.
+            Some(reason) if !std::thread::panicking() => {
+                std::panic::resume_unwind(ExitUnwind::signal(reason.clone()))
+            }
+            Some(_) => {}
+            None => self.has_signal.store(false, Ordering::Relaxed),
+        }
+    }
+
+    /// Unwinds again if the process is doomed (see [`Local::doomed`]);
+    /// for runtime calls that do not drain (they leave `has_signal` alone).
+    /// Callers test `has_signal` first, so this costs one load otherwise.
+    ///
+    /// # Safety
+    ///
+    /// As for [`Process::local`]: called by the running process itself.
+    #[cold]
+    #[inline(never)]
+    pub(crate) unsafe fn check_doomed(&self) {
+        // SAFETY: the caller is the running process (our precondition).
+        if let Some(reason) = unsafe { &self.local().doomed } {
+            if !std::thread::panicking() {
+                std::panic::resume_unwind(ExitUnwind::signal(reason.clone()));
+            }
+        }
+    }
+
+    /// Ends the running process with `reason`, an exit signal it acts on:
+    /// marks it doomed first (see [`Local::doomed`]); `local` is its own.
+    fn act_on_signal(&self, local: &mut Local, reason: ExitReason) -> ! {
+        local.doomed = Some(reason.clone());
+        self.has_signal.store(true, Ordering::Relaxed);
+        std::panic::resume_unwind(ExitUnwind::signal(reason))
     }
 
     /// The rare part of [`Process::drain`]: signals and monitor
@@ -458,16 +539,18 @@ impl Process {
                         meta.trap_exits
                     };
                     if reason == ExitReason::Kill && !link {
-                        std::panic::resume_unwind(ExitUnwind::signal(ExitReason::Killed));
+                        self.act_on_signal(local, ExitReason::Killed);
                     }
                     if trapping {
                         local
                             .saved
                             .push_back(Mail::msg(ExitSignal { from, reason }));
-                    } else if reason.is_normal() {
-                        // a normal exit signal does not kill a non-trapping process
+                    } else if reason.is_normal() && (link || from != self.pid) {
+                        // A normal exit signal does not kill a non-trapping
+                        // process, unless it sent it to itself (Erlang's
+                        // `exit(self(), normal)` ends the caller).
                     } else {
-                        std::panic::resume_unwind(ExitUnwind::signal(reason));
+                        self.act_on_signal(local, reason);
                     }
                 }
             }

@@ -198,7 +198,7 @@ impl WorkerCtx {
                 self.current.set(std::ptr::null());
                 return;
             };
-            match coro.resume() {
+            match coro.resume(&p.trap) {
                 Step::Suspended(Suspend::Park) => {
                     if p.state.park() {
                         break;
