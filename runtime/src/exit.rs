@@ -33,6 +33,11 @@ pub enum ExitReason {
     /// they owned leaks; a lock held at that moment stays held). See
     /// [`spawn_opts().stack_size(..)`](crate::SpawnOpts::stack_size).
     StackOverflow,
+    /// The process's mailbox passed its limit
+    /// ([`SpawnOpts::max_mailbox`](crate::SpawnOpts::max_mailbox) with
+    /// [`Overflow::Kill`](crate::Overflow::Kill)); untrappable, like
+    /// Erlang's `max_heap_size` kill.
+    MailboxOverflow,
 }
 
 impl ExitReason {
@@ -53,6 +58,7 @@ impl fmt::Display for ExitReason {
             ExitReason::NoConnection => f.write_str("noconnection"),
             ExitReason::NoProc => f.write_str("noproc"),
             ExitReason::StackOverflow => f.write_str("stack_overflow"),
+            ExitReason::MailboxOverflow => f.write_str("mailbox_overflow"),
         }
     }
 }

@@ -103,6 +103,7 @@ mod exit;
 mod future;
 mod generator;
 pub mod graph;
+mod limits;
 mod loom;
 mod message;
 mod node;
@@ -111,6 +112,7 @@ mod pid;
 mod process;
 mod sched;
 mod stack;
+mod sysmon;
 mod table;
 mod wakeup;
 
@@ -133,6 +135,7 @@ pub use future::{promise, Future, Promise, PromiseDropped, WaitTimeoutError};
 pub use generator::{Generator, GeneratorState, Yielder};
 pub use graft_derive::Mobile;
 pub use graph::Mobile;
+pub use limits::{dropped_messages, Overflow};
 pub use message::Local;
 pub use node::{Node, NodeConfig};
 pub use pid::{MonitorRef, NodeId, Pid};
@@ -140,6 +143,7 @@ pub use process::receive::{expect, expect_timeout, receive, Receive, Unknown};
 pub use process::state::Status;
 pub use sched::timer::TimerRef;
 pub use stack::{ensure_map_count, max_map_count};
+pub use sysmon::{system_monitor, system_monitor_off, SysMonConfig, SysMonEvent};
 pub use wakeup::{park, park_until, Unparker};
 
 /// The receive clause types (named in signatures only).
@@ -156,4 +160,5 @@ pub mod __loom {
     pub use crate::process::mailbox::Mailbox;
     pub use crate::process::state::ProcState;
     pub use crate::sched::idle::{Idle, Parker};
+    pub use crate::sched::spare::Spare;
 }

@@ -62,6 +62,9 @@ pub struct NodeConfig {
     pub(crate) shutdown_timeout: Duration,
     pub(crate) max_processes: usize,
     pub(crate) heartbeat: Option<Duration>,
+    pub(crate) long_schedule: Duration,
+    pub(crate) max_spare_workers: Option<usize>,
+    pub(crate) busy_dist_limit: usize,
 }
 
 impl NodeConfig {
@@ -76,6 +79,9 @@ impl NodeConfig {
             shutdown_timeout: Duration::from_secs(5),
             max_processes: 1 << 20,
             heartbeat: None,
+            long_schedule: Duration::from_millis(10),
+            max_spare_workers: None,
+            busy_dist_limit: 1 << 20,
         }
     }
     /// The node's name (default `graft@<listen address>`).
@@ -123,6 +129,32 @@ impl NodeConfig {
     pub fn worker_count(&self) -> usize {
         self.workers
     }
+    /// How long a process may hold its worker without yielding before the
+    /// system monitor puts a spare worker thread to serve that worker's
+    /// queue (default 10 ms; see [`system_monitor`](crate::system_monitor)).
+    ///
+    /// ```
+    /// let cfg = graft::NodeConfig::new("127.0.0.1:0").long_schedule(std::time::Duration::from_millis(50));
+    /// # let _ = cfg;
+    /// ```
+    pub fn long_schedule(mut self, d: Duration) -> NodeConfig {
+        self.long_schedule = d;
+        self
+    }
+    /// How many spare worker threads the system monitor may start while
+    /// workers are held by processes that do not yield (default: as many as
+    /// workers; 0 turns the hand-off off). They are started on first need.
+    pub fn max_spare_workers(mut self, n: usize) -> NodeConfig {
+        self.max_spare_workers = Some(n);
+        self
+    }
+    /// Bytes queued for one peer past which the connection is busy (a
+    /// `BusyDist` system monitor event; default 1 MiB, as Erlang's
+    /// `dist_buf_busy_limit`).
+    pub fn busy_dist_limit(mut self, bytes: usize) -> NodeConfig {
+        self.busy_dist_limit = bytes;
+        self
+    }
 }
 
 /// Scheduler threads when not configured: `GRAFT_WORKERS` if set (like
@@ -165,6 +197,7 @@ pub(crate) struct NodeShared {
     pub(crate) blocking: BlockingPool,
     pub(crate) commands: Sender<NodeCommand>,
     pub(crate) dist: Dist,
+    pub(crate) sysmon: crate::sysmon::Sysmon,
     next_serial: AtomicU64,
     next_ref: AtomicU64,
     /// Processes spawned and not yet finished, striped per worker (plus one
@@ -184,6 +217,7 @@ pub(crate) struct SpawnSpec {
     pub(crate) link: Option<Pid>,
     pub(crate) monitor: Option<(MonitorRef, Pid)>,
     pub(crate) trap_exits: bool,
+    pub(crate) max_mailbox: Option<(usize, crate::limits::Overflow)>,
 }
 
 impl NodeShared {
@@ -223,12 +257,17 @@ impl NodeShared {
         };
         let pid = Pid::new(self.id, self.creation, serial);
         let pinned = if spec.pinned {
-            Some(context::worker().map_or(0, |w| w.index as u32))
+            Some(context::worker().map_or(0, |w| w.home() as u32))
         } else {
             None
         };
         let mut proc = Process::new(pid, pinned, spec.trap_exits, stack.guard());
         proc.initial_call = std::any::type_name::<F>();
+        if let Some(limit) = spec.max_mailbox {
+            proc.limit = Some(limit);
+            // Kept set: each drain records the private queue's length.
+            proc.has_signal = AtomicBool::new(true);
+        }
         let p = Arc::new(proc);
         let raw: *const Process = Arc::as_ptr(&p);
         let raw = RawProc(raw);
@@ -287,7 +326,7 @@ impl NodeShared {
         let mut mail = Some(mail);
         self.table.with(to.serial(), |p| {
             if let Some(m) = mail.take() {
-                match p.deliver_or_return(m) {
+                match p.deliver_watched(m, Some(self)) {
                     Ok(true) => self.sched.wake(p),
                     Ok(false) => {}
                     Err(m) => mail = Some(m),
@@ -564,10 +603,13 @@ impl Node {
             .name
             .clone()
             .unwrap_or_else(|| format!("graft-{creation:08x}@{}", addr.ip()));
-        let workers: Vec<crossbeam_deque::Worker<crate::sched::Runnable>> = (0..config.workers)
+        let spares = config.max_spare_workers.unwrap_or(config.workers);
+        let mut workers: Vec<crossbeam_deque::Worker<crate::sched::Runnable>> = (0..config.workers
+            + spares)
             .map(|_| crossbeam_deque::Worker::new_lifo())
             .collect();
         let stealers = workers.iter().map(|w| w.stealer()).collect();
+        let spare_queues = workers.split_off(config.workers);
         let (tx, rx) = unbounded();
         let shared = Arc::new(NodeShared {
             id: NodeId::from_name(&name),
@@ -577,15 +619,22 @@ impl Node {
             shutdown_timeout: config.shutdown_timeout,
             table: ProcessTable::new(),
             registry: Registry::default(),
-            sched: Scheduler::new(stealers),
+            sched: Scheduler::new(stealers, config.workers),
             stacks: StackPool::new(default_stack),
             timers: Timers::default(),
             blocking: BlockingPool::new("graft"),
             commands: tx,
             dist: Dist::new(),
+            sysmon: crate::sysmon::Sysmon::new(
+                config.long_schedule,
+                config.busy_dist_limit,
+                spare_queues,
+            ),
             next_serial: AtomicU64::new(1),
             next_ref: AtomicU64::new(1),
-            live: (0..=config.workers).map(|_| Default::default()).collect(),
+            live: (0..=config.workers + spares)
+                .map(|_| Default::default())
+                .collect(),
             live_lock: Mutex::new(()),
             live_cv: Condvar::new(),
             stopping: AtomicBool::new(false),
@@ -610,18 +659,7 @@ impl Node {
             threads.push(
                 std::thread::Builder::new()
                     .name(format!("graft-worker-{index}"))
-                    .spawn(move || {
-                        WorkerCtx {
-                            index,
-                            node,
-                            local,
-                            current: std::cell::Cell::new(std::ptr::null()),
-                            rounds: std::cell::Cell::new(0),
-                            serials: std::cell::Cell::new((0, 0)),
-                            held_frames: Default::default(),
-                        }
-                        .run()
-                    })?,
+                    .spawn(move || WorkerCtx::new(index, node, local).run())?,
             );
         }
         let s = shared.clone();
@@ -635,6 +673,12 @@ impl Node {
             std::thread::Builder::new()
                 .name("graft-timer".into())
                 .spawn(move || s.timers.run(&s))?,
+        );
+        let s = shared.clone();
+        threads.push(
+            std::thread::Builder::new()
+                .name("graft-sysmon".into())
+                .spawn(move || s.sysmon.run(&s))?,
         );
         let s = shared.clone();
         threads.push(
@@ -886,10 +930,11 @@ fn stop(s: &NodeShared, threads: Vec<JoinHandle<()>>) {
         );
     }
     s.sched.stop();
+    let spares = s.sysmon.stop();
     s.timers.stop();
     s.stacks.stop();
     let _ = s.commands.send(NodeCommand::Stop);
-    for t in threads {
+    for t in threads.into_iter().chain(spares) {
         let name = t.thread().name().unwrap_or("?").to_string();
         if t.join().is_err() {
             log::error!("graft: thread {name} panicked");

@@ -195,6 +195,9 @@ fn overflowed(me: ProcPtr) -> ExitReason {
             p.initial_call,
             p.guard.size / 1024
         );
+        if let Some(w) = context::worker() {
+            w.node.sysmon.stack_overflow(&w.node, p.pid);
+        }
     }));
     ExitReason::StackOverflow
 }

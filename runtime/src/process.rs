@@ -21,7 +21,8 @@ pub(crate) mod value;
 
 use crate::coroutine::{Coro, ProcYielder, TrapSlot};
 use crate::exit::{ExitReason, ExitSignal, ProcessDied};
-use crate::loom::{AtomicBool, AtomicUsize, Mutex, Ordering, UnsafeCell};
+use crate::limits::Overflow;
+use crate::loom::{AtomicBool, AtomicU64, AtomicUsize, Mutex, Ordering, UnsafeCell};
 use crate::message::Message;
 use crate::pid::{MonitorRef, Pid};
 use mailbox::Mailbox;
@@ -291,6 +292,21 @@ pub(crate) struct Process {
     /// The type of the closure the process was spawned with (Erlang's
     /// initial call), for the overflow report.
     pub(crate) initial_call: &'static str,
+    /// The mailbox limit (`spawn_opts().max_mailbox`; `limits.rs`). A
+    /// limited process keeps `has_signal` set, so that each drain records
+    /// the private queue's length in `saved_len` for senders.
+    pub(crate) limit: Option<(usize, Overflow)>,
+    /// Messages in the private queue at the owner's last drain (limited
+    /// processes only).
+    saved_len: AtomicUsize,
+    /// Messages dropped at the limit.
+    pub(crate) dropped: AtomicU64,
+    /// The limit was passed with `Overflow::Kill`: the kill is on its way.
+    overflowed: AtomicBool,
+    /// A `LongMessageQueue { long: true }` event was sent for this mailbox
+    /// (the process keeps `has_signal` set until it falls back under the
+    /// subscriber's off threshold).
+    lmq_long: AtomicBool,
     /// About where the process's stack pointer was when it last suspended
     /// (0: never): a waker prefetches there, see [`Process::prefetch_stack`].
     parked_sp: AtomicUsize,
@@ -339,6 +355,11 @@ impl Process {
             guard,
             trap: TrapSlot::default(),
             initial_call: "",
+            limit: None,
+            saved_len: AtomicUsize::new(0),
+            dropped: AtomicU64::new(0),
+            overflowed: AtomicBool::new(false),
+            lmq_long: AtomicBool::new(false),
             parked_sp: AtomicUsize::new(0),
             coro: UnsafeCell::new(None),
             local: UnsafeCell::new(Local::default()),
@@ -424,13 +445,104 @@ impl Process {
     /// [`Process::deliver`], handing the mail back if the process has exited.
     #[inline(always)]
     pub(crate) fn deliver_or_return(&self, mail: Mail) -> Result<bool, Mail> {
+        self.deliver_watched(mail, None)
+    }
+
+    /// [`Process::deliver_or_return`], with the mailbox limit applied and,
+    /// given the node, its length watched for the system monitor.
+    #[inline(always)]
+    pub(crate) fn deliver_watched(
+        &self,
+        mail: Mail,
+        node: Option<&crate::node::NodeShared>,
+    ) -> Result<bool, Mail> {
         let signal = matches!(mail, Mail::Signal { .. });
         let flagged = matches!(mail, Mail::Signal { .. } | Mail::Down(_));
-        self.mailbox.push_flagged(mail, flagged)?;
+        let cap = match self.limit {
+            Some((max, _)) if !flagged => {
+                max.saturating_sub(self.saved_len.load(Ordering::Relaxed))
+            }
+            _ => usize::MAX,
+        };
+        let len = match self.mailbox.push_within(mail, flagged, cap) {
+            Ok(len) => len,
+            Err((mail, false)) => return Err(mail),
+            Err((mail, true)) => return Ok(self.over_limit(mail)),
+        };
+        if let Some(n) = node {
+            let on = n.sysmon.lmq_on.load(Ordering::Relaxed);
+            if on != 0 && len >= on && !flagged {
+                self.long_queue(n, len);
+            }
+        }
         if signal {
             self.has_signal.store(true, Ordering::Release);
         }
         Ok(self.state.wake())
+    }
+
+    /// A message found the mailbox at its limit: drop it (counted), and with
+    /// `Overflow::Kill` send the process its untrappable kill, once.
+    /// Returns whether the caller must schedule the process.
+    #[cold]
+    #[inline(never)]
+    fn over_limit(&self, mail: Mail) -> bool {
+        self.dropped.fetch_add(1, Ordering::Relaxed);
+        crate::node::drop_undelivered(self.pid, mail);
+        if self.limit.map(|(_, o)| o) != Some(Overflow::Kill)
+            || self.overflowed.swap(true, Ordering::Relaxed)
+        {
+            return false;
+        }
+        let kill = Mail::Signal {
+            from: self.pid,
+            reason: ExitReason::MailboxOverflow,
+            link: false,
+        };
+        if self.mailbox.push_flagged(kill, true).is_err() {
+            return false;
+        }
+        self.has_signal.store(true, Ordering::Release);
+        self.state.wake()
+    }
+
+    /// The mailbox reached the subscriber's `long_message_queue` threshold.
+    #[cold]
+    #[inline(never)]
+    fn long_queue(&self, node: &crate::node::NodeShared, len: usize) {
+        if !self.lmq_long.swap(true, Ordering::Relaxed) {
+            // Until back under the off threshold, each drain checks (cold).
+            self.has_signal.store(true, Ordering::Release);
+            node.sysmon.long_queue(node, self.pid, len, true);
+        }
+    }
+
+    /// Whether `has_signal` must stay set after a drain (see `limit` and
+    /// `lmq_long`).
+    #[inline]
+    fn sticky_signal(&self) -> bool {
+        self.limit.is_some() || self.lmq_long.load(Ordering::Relaxed)
+    }
+
+    /// After a drain that found `has_signal` set: what limited and long
+    /// mailboxes keep track of; `queued` is the private queue's length.
+    #[cold]
+    #[inline(never)]
+    fn after_flagged_drain(&self, queued: usize) {
+        if self.limit.is_some() {
+            self.saved_len.store(queued, Ordering::Relaxed);
+        }
+        if self.lmq_long.load(Ordering::Relaxed) {
+            let Some(w) = crate::context::worker() else {
+                return;
+            };
+            let n = &w.node;
+            let off = n.sysmon.lmq_off.load(Ordering::Relaxed);
+            if n.sysmon.lmq_on.load(Ordering::Relaxed) == 0 || queued <= off {
+                self.lmq_long.store(false, Ordering::Relaxed);
+                n.sysmon.long_queue(n, self.pid, queued, false);
+            }
+        }
     }
 
     /// Moves the mailbox into the private queue, handling exit signals and
@@ -442,7 +554,8 @@ impl Process {
     /// As for [`Process::local`]: called by the running process itself.
     #[inline]
     pub(crate) unsafe fn drain(&self) {
-        if self.has_signal.load(Ordering::Relaxed) {
+        let signalled = self.has_signal.load(Ordering::Relaxed);
+        if signalled {
             // SAFETY: the caller is the running process (our precondition).
             unsafe { self.signal_pending() };
         }
@@ -453,6 +566,11 @@ impl Process {
         if flagged {
             // SAFETY: as above.
             unsafe { self.handle_flagged(start) };
+        }
+        if signalled {
+            // SAFETY: as above.
+            let queued = unsafe { self.local() }.saved.len();
+            self.after_flagged_drain(queued);
         }
     }
 
@@ -475,6 +593,7 @@ impl Process {
                 std::panic::resume_unwind(ExitUnwind::signal(reason.clone()))
             }
             Some(_) => {}
+            None if self.sticky_signal() => {}
             None => self.has_signal.store(false, Ordering::Relaxed),
         }
     }
@@ -540,6 +659,10 @@ impl Process {
                     };
                     if reason == ExitReason::Kill && !link {
                         self.act_on_signal(local, ExitReason::Killed);
+                    }
+                    if reason == ExitReason::MailboxOverflow && !link && from == self.pid {
+                        // The limit's kill (`over_limit`): untrappable.
+                        self.act_on_signal(local, ExitReason::MailboxOverflow);
                     }
                     if trapping {
                         local

@@ -112,18 +112,16 @@ fn a_thousand_overflows_leak_no_stacks() {
         };
         // Warm up: the pool's stacks and the heap reach their working size.
         round(100);
-        let (rss, vm) = (status_kb("VmRSS:"), status_kb("VmSize:"));
+        let rss = status_kb("VmRSS:");
         round(1000);
-        let (rss2, vm2) = (status_kb("VmRSS:"), status_kb("VmSize:"));
-        // The abandoned frames own nothing; a leaked 64 KiB stack per
-        // overflow would be 64 MB of address space and as much resident.
+        let rss2 = status_kb("VmRSS:");
+        // The abandoned frames own nothing. An overflowed stack is dirty to
+        // its last page, so a leaked stack per overflow would be 64 MB more
+        // resident. (Not the address space: the pool's refill thread maps
+        // stacks ahead, untouched, at its own pace.)
         assert!(
             rss2 < rss + 8 * 1024,
             "RSS grew from {rss} to {rss2} KiB over 1,000 overflows"
-        );
-        assert!(
-            vm2 < vm + 16 * 1024,
-            "address space grew from {vm} to {vm2} KiB over 1,000 overflows"
         );
     })
     .unwrap();
