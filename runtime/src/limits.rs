@@ -53,7 +53,9 @@ pub enum Overflow {
 /// Outside a process.
 pub fn dropped_messages(pid: Pid) -> Option<u64> {
     let _ = crate::api::current("dropped_messages");
-    crate::api::node()
-        .local_process(pid)
-        .map(|p| p.dropped.load(crate::loom::Ordering::Relaxed))
+    crate::api::node().local_process(pid).map(|p| {
+        p.limit
+            .as_ref()
+            .map_or(0, |l| l.dropped.load(crate::loom::Ordering::Relaxed))
+    })
 }

@@ -262,9 +262,9 @@ impl NodeShared {
             None
         };
         let mut proc = Process::new(pid, pinned, spec.trap_exits, stack.guard());
-        proc.initial_call = std::any::type_name::<F>();
-        if let Some(limit) = spec.max_mailbox {
-            proc.limit = Some(limit);
+        proc.initial_call = std::any::type_name::<F>;
+        if let Some((max, policy)) = spec.max_mailbox {
+            proc.limit = Some(Box::new(crate::process::Limit::new(max, policy)));
             // Kept set: each drain records the private queue's length.
             proc.has_signal = AtomicBool::new(true);
         }

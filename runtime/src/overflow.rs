@@ -192,7 +192,7 @@ fn overflowed(me: ProcPtr) -> ExitReason {
              (memory they owned leaks, locks they held stay held). Spawn it with a larger \
              graft::spawn_opts().stack_size(..) or NodeConfig::stack_size(..)",
             p.pid,
-            p.initial_call,
+            (p.initial_call)(),
             p.guard.size / 1024
         );
         if let Some(w) = context::worker() {

@@ -269,6 +269,31 @@ impl ExitUnwind {
     }
 }
 
+/// A process's mailbox limit and what it counts (`limits.rs`).
+#[derive(Debug)]
+pub(crate) struct Limit {
+    max: usize,
+    policy: Overflow,
+    /// Messages in the private queue at the owner's last drain.
+    saved_len: AtomicUsize,
+    /// Messages dropped at the limit.
+    pub(crate) dropped: AtomicU64,
+    /// The limit was passed with `Overflow::Kill`: the kill is on its way.
+    overflowed: AtomicBool,
+}
+
+impl Limit {
+    pub(crate) fn new(max: usize, policy: Overflow) -> Limit {
+        Limit {
+            max,
+            policy,
+            saved_len: AtomicUsize::new(0),
+            dropped: AtomicU64::new(0),
+            overflowed: AtomicBool::new(false),
+        }
+    }
+}
+
 /// One process.
 pub(crate) struct Process {
     pub(crate) pid: Pid,
@@ -289,20 +314,14 @@ pub(crate) struct Process {
     /// The coroutine's trap handler, for the overflow handler (set on the
     /// first run; see `coroutine.rs`).
     pub(crate) trap: TrapSlot,
-    /// The type of the closure the process was spawned with (Erlang's
-    /// initial call), for the overflow report.
-    pub(crate) initial_call: &'static str,
-    /// The mailbox limit (`spawn_opts().max_mailbox`; `limits.rs`). A
-    /// limited process keeps `has_signal` set, so that each drain records
-    /// the private queue's length in `saved_len` for senders.
-    pub(crate) limit: Option<(usize, Overflow)>,
-    /// Messages in the private queue at the owner's last drain (limited
-    /// processes only).
-    saved_len: AtomicUsize,
-    /// Messages dropped at the limit.
-    pub(crate) dropped: AtomicU64,
-    /// The limit was passed with `Overflow::Kill`: the kill is on its way.
-    overflowed: AtomicBool,
+    /// The type name of the closure the process was spawned with (Erlang's
+    /// initial call), for the overflow report (a function: one word).
+    pub(crate) initial_call: fn() -> &'static str,
+    /// The mailbox limit (`spawn_opts().max_mailbox`; `limits.rs`), boxed:
+    /// one word in every entry, most processes have none. A limited
+    /// process keeps `has_signal` set, so that each drain records the
+    /// private queue's length for senders.
+    pub(crate) limit: Option<Box<Limit>>,
     /// A `LongMessageQueue { long: true }` event was sent for this mailbox
     /// (the process keeps `has_signal` set until it falls back under the
     /// subscriber's off threshold).
@@ -354,11 +373,8 @@ impl Process {
             forced_drop: AtomicBool::new(false),
             guard,
             trap: TrapSlot::default(),
-            initial_call: "",
+            initial_call: || "?",
             limit: None,
-            saved_len: AtomicUsize::new(0),
-            dropped: AtomicU64::new(0),
-            overflowed: AtomicBool::new(false),
             lmq_long: AtomicBool::new(false),
             parked_sp: AtomicUsize::new(0),
             coro: UnsafeCell::new(None),
@@ -458,10 +474,8 @@ impl Process {
     ) -> Result<bool, Mail> {
         let signal = matches!(mail, Mail::Signal { .. });
         let flagged = matches!(mail, Mail::Signal { .. } | Mail::Down(_));
-        let cap = match self.limit {
-            Some((max, _)) if !flagged => {
-                max.saturating_sub(self.saved_len.load(Ordering::Relaxed))
-            }
+        let cap = match &self.limit {
+            Some(l) if !flagged => l.max.saturating_sub(l.saved_len.load(Ordering::Relaxed)),
             _ => usize::MAX,
         };
         let len = match self.mailbox.push_within(mail, flagged, cap) {
@@ -487,11 +501,12 @@ impl Process {
     #[cold]
     #[inline(never)]
     fn over_limit(&self, mail: Mail) -> bool {
-        self.dropped.fetch_add(1, Ordering::Relaxed);
         crate::node::drop_undelivered(self.pid, mail);
-        if self.limit.map(|(_, o)| o) != Some(Overflow::Kill)
-            || self.overflowed.swap(true, Ordering::Relaxed)
-        {
+        let Some(l) = &self.limit else {
+            return false;
+        };
+        l.dropped.fetch_add(1, Ordering::Relaxed);
+        if l.policy != Overflow::Kill || l.overflowed.swap(true, Ordering::Relaxed) {
             return false;
         }
         let kill = Mail::Signal {
@@ -529,8 +544,8 @@ impl Process {
     #[cold]
     #[inline(never)]
     fn after_flagged_drain(&self, queued: usize) {
-        if self.limit.is_some() {
-            self.saved_len.store(queued, Ordering::Relaxed);
+        if let Some(l) = &self.limit {
+            l.saved_len.store(queued, Ordering::Relaxed);
         }
         if self.lmq_long.load(Ordering::Relaxed) {
             let Some(w) = crate::context::worker() else {

@@ -162,8 +162,12 @@ pub fn system_monitor_off() -> Option<(Pid, SysMonConfig)> {
 struct Watch {
     /// The run word at the last sample.
     last: u64,
-    /// When that run word was first seen (about when the run began).
+    /// When that run word was first seen: the run began before (reports
+    /// use it, so they never overstate a run).
     since: Instant,
+    /// The sample before that: the run began after (the hand-off uses it,
+    /// so a spare comes no later than `long_schedule` plus a sample).
+    after: Instant,
     /// The run passed the node's `long_schedule` (a spare was asked for).
     long: bool,
     /// The run passed the node's or the subscriber's threshold, and
@@ -329,6 +333,7 @@ impl Sysmon {
             .map(|_| Watch {
                 last: IDLE_BIT,
                 since: now,
+                after: now,
                 long: false,
                 flagged: false,
                 serial: 0,
@@ -338,6 +343,7 @@ impl Sysmon {
         let mut starved = false;
         let mut busy: Vec<NodeId> = Vec::new();
         let mut next_dist = now;
+        let mut last_sample = now;
         loop {
             let report = self
                 .subscriber
@@ -375,6 +381,7 @@ impl Sysmon {
                     }
                     w.last = v;
                     w.since = now;
+                    w.after = last_sample;
                     w.long = false;
                     w.flagged = false;
                     continue;
@@ -389,11 +396,15 @@ impl Sysmon {
                         w.serial = serial;
                     }
                 }
-                if ran < threshold {
+                if now - w.after < threshold {
                     continue;
                 }
                 if !w.long {
                     w.long = true;
+                    if !w.flagged {
+                        // For the log naming who holds the workers.
+                        w.serial = sched.running[i].load(Ordering::Relaxed);
+                    }
                     log::debug!(
                         "graft: worker {i} has run one process for over {threshold:?}: \
                          a spare worker serves its queue meanwhile"
@@ -428,6 +439,7 @@ impl Sysmon {
                 next_dist = now + Duration::from_millis(50);
                 self.check_dist(node, &mut busy);
             }
+            last_sample = now;
         }
     }
 
