@@ -92,6 +92,18 @@ impl Scheduler {
         self.stealers.len()
     }
 
+    /// Whether a spare would find work while worker `i` is held (the
+    /// system monitor asks before it starts one): something waits in `i`'s
+    /// LIFO slot, its queue or the injector, and no worker sleeps (one that
+    /// sleeps is woken for such work anyway). Go's sysmon asks the same
+    /// before it hands a P to another thread.
+    pub(crate) fn work_waits(&self, i: usize) -> bool {
+        self.idle.sleeping() == 0
+            && (self.lifo[i].is_occupied()
+                || !self.stealers[i].is_empty()
+                || !self.injector.is_empty())
+    }
+
     /// Worker `i`, which ran `runs` processes, waits for work.
     #[inline]
     pub(crate) fn mark_idle(&self, i: usize, runs: u64) {

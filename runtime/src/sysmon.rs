@@ -411,7 +411,7 @@ impl Sysmon {
                     );
                 }
                 any_long = true;
-                if w.spare.is_none() {
+                if w.spare.is_none() && sched.work_waits(i) {
                     w.spare = self.activate_spare(node, i);
                     short_of_spares |= w.spare.is_none();
                 }
