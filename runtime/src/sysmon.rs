@@ -411,9 +411,24 @@ impl Sysmon {
                     );
                 }
                 any_long = true;
-                if w.spare.is_none() && sched.work_waits(i) {
+            }
+            // A spare only when every worker that runs processes (spares
+            // serving included) is held, and work waits: while one is free
+            // it serves the rest, and a spare would only be one more thread
+            // on the same cores (a long spawn loop on two workers).
+            let serving = self.spares.iter().filter(|s| s.serving().is_some()).count();
+            let held = watch.iter().filter(|w| w.long).count();
+            let mut running = primaries + serving;
+            for (i, w) in watch.iter_mut().enumerate() {
+                if held < running {
+                    break;
+                }
+                if w.long && w.spare.is_none() && sched.work_waits(i) {
                     w.spare = self.activate_spare(node, i);
-                    short_of_spares |= w.spare.is_none();
+                    match w.spare {
+                        Some(_) => running += 1,
+                        None => short_of_spares = true,
+                    }
                 }
             }
             if short_of_spares && !starved {
