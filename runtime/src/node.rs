@@ -292,7 +292,7 @@ impl NodeShared {
                 // An exit signal acted on (and its unwind caught by the
                 // body) decides the reason, whatever the body returned.
                 // SAFETY: as above.
-                unsafe { me.local() }.doomed.take().unwrap_or(reason)
+                unsafe { me.local() }.doomed.take().map_or(reason, |d| *d)
             }),
         ));
         {

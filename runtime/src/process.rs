@@ -249,7 +249,8 @@ pub(crate) struct Local {
     /// swallowed the unwind is overridden at the next runtime call and when
     /// the body returns). `has_signal` stays set meanwhile, so the checks
     /// cost nothing until then.
-    pub(crate) doomed: Option<ExitReason>,
+    /// (Boxed: one word in every entry.)
+    pub(crate) doomed: Option<Box<ExitReason>>,
 }
 
 /// The unwinding payload that ends a process with a reason (an exit signal
@@ -605,7 +606,7 @@ impl Process {
             // Not while unwinding already (a destructor calling the
             // runtime): a second panic would abort the node.
             Some(reason) if !std::thread::panicking() => {
-                std::panic::resume_unwind(ExitUnwind::signal(reason.clone()))
+                std::panic::resume_unwind(ExitUnwind::signal(ExitReason::clone(reason)))
             }
             Some(_) => {}
             None if self.sticky_signal() => {}
@@ -626,7 +627,7 @@ impl Process {
         // SAFETY: the caller is the running process (our precondition).
         if let Some(reason) = unsafe { &self.local().doomed } {
             if !std::thread::panicking() {
-                std::panic::resume_unwind(ExitUnwind::signal(reason.clone()));
+                std::panic::resume_unwind(ExitUnwind::signal(ExitReason::clone(reason)));
             }
         }
     }
@@ -634,7 +635,7 @@ impl Process {
     /// Ends the running process with `reason`, an exit signal it acts on:
     /// marks it doomed first (see [`Local::doomed`]); `local` is its own.
     fn act_on_signal(&self, local: &mut Local, reason: ExitReason) -> ! {
-        local.doomed = Some(reason.clone());
+        local.doomed = Some(Box::new(reason.clone()));
         self.has_signal.store(true, Ordering::Relaxed);
         std::panic::resume_unwind(ExitUnwind::signal(reason))
     }
