@@ -217,6 +217,11 @@ impl WorkerCtx {
         let n = sched.stealers.len();
         for k in 1..n {
             let victim = (i + k) % n;
+            // A spare's queue is empty unless it serves (it hands its
+            // queue back when it retires): skip it without a steal's fence.
+            if victim >= sched.primaries && sched.stealers[victim].is_empty() {
+                continue;
+            }
             loop {
                 match sched.stealers[victim].steal_batch_and_pop(&self.local) {
                     Steal::Success(p) => return Some(p),
