@@ -28,7 +28,13 @@ pub use crate::message::Message;
 #[inline]
 pub(crate) fn current(call: &'static str) -> &'static Process {
     match context::process() {
-        Some(p) => p,
+        Some(p) => {
+            if p.has_signal.load(Ordering::Relaxed) {
+                // SAFETY: `p` is the running process.
+                unsafe { p.check_doomed() };
+            }
+            p
+        }
         None => not_in_process(call),
     }
 }
@@ -199,6 +205,14 @@ impl SpawnOpts {
         self.spec.trap_exits = true;
         self
     }
+    /// Bound the process's mailbox to `n` messages: past that, `policy`
+    /// kills it (reason `mailbox_overflow`) or drops the new message. Exit
+    /// signals and monitor notifications are never dropped nor counted.
+    /// Default: unbounded, as in Erlang. See [`Overflow`](crate::Overflow).
+    pub fn max_mailbox(mut self, n: usize, policy: crate::limits::Overflow) -> SpawnOpts {
+        self.spec.max_mailbox = Some((n, policy));
+        self
+    }
     /// Spawns `f` and monitors it, the monitor made before `f` can run
     /// (with [`SpawnOpts::link`], the link too).
     ///
@@ -358,6 +372,10 @@ pub fn send<M: Message>(to: Pid, msg: M) {
     let Some(me) = (unsafe { w.current.get().as_ref() }) else {
         return w.node.deliver(to, mail);
     };
+    if me.has_signal.load(Ordering::Relaxed) {
+        // SAFETY: `me` is the running process.
+        unsafe { me.check_doomed() };
+    }
     // SAFETY: `me` is the running process.
     let local = unsafe { me.local() };
     let target = match &local.last_target {
@@ -367,8 +385,10 @@ pub fn send<M: Message>(to: Pid, msg: M) {
             None => return w.node.deliver(to, mail),
         },
     };
-    if target.deliver(mail) {
-        w.node.sched.wake_from(Some(w), target);
+    match target.deliver_watched(mail, Some(&w.node)) {
+        Ok(true) => w.node.sched.wake_from(Some(w), target),
+        Ok(false) => {}
+        Err(m) => crate::node::drop_undelivered(to, m),
     }
 }
 

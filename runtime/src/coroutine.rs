@@ -7,6 +7,7 @@
 use crate::exit::ExitReason;
 use crate::process::value::Value;
 use crate::stack::Stack;
+use corosensei::trap::CoroutineTrapHandler;
 use corosensei::{Coroutine, CoroutineResult, Yielder};
 
 /// Why a process gave up its worker.
@@ -27,6 +28,14 @@ pub(crate) enum Step {
 
 /// The yielder handle a running process suspends through.
 pub(crate) type ProcYielder = Yielder<(), Suspend>;
+
+/// What the overflow handler (`overflow.rs`) needs to end a process whose
+/// stack overflowed: its coroutine's stack bounds. Recorded once, when the
+/// coroutine is made, in a slot the handler reads on the same thread.
+pub(crate) type TrapHandler = CoroutineTrapHandler<ExitReason>;
+
+/// Where a process keeps its [`TrapHandler`] (see `Process::trap`).
+pub(crate) type TrapSlot = std::cell::Cell<Option<TrapHandler>>;
 
 /// The body a process runs, with the yielder it suspends through, until its
 /// first run: kept inline when small (a [`Value`]), so a spawn allocates
@@ -102,12 +111,14 @@ impl Coro {
     }
 
     /// Runs the body until it suspends or exits. The body catches its own
-    /// panics, so this returns normally.
+    /// panics, so this returns normally. A stack overflow also returns
+    /// normally, as `Exited(StackOverflow)` (see `overflow.rs`): the first
+    /// resume records the coroutine's trap handler in `trap` for that.
     #[inline]
-    pub(crate) fn resume(&mut self) -> Step {
+    pub(crate) fn resume(&mut self, trap: &TrapSlot) -> Step {
         let c = match self {
             Coro::Started(c) => c,
-            Coro::Unstarted(_) => self.start(),
+            Coro::Unstarted(_) => self.start(trap),
         };
         match c.resume(()) {
             CoroutineResult::Yield(s) => Step::Suspended(s),
@@ -115,14 +126,14 @@ impl Coro {
         }
     }
 
-    /// Makes the coroutine.
+    /// Makes the coroutine, and records its trap handler in `trap`.
     #[cold]
-    fn start(&mut self) -> &mut Coroutine<(), Suspend, ExitReason, Stack> {
+    fn start(&mut self, trap: &TrapSlot) -> &mut Coroutine<(), Suspend, ExitReason, Stack> {
         if let Coro::Unstarted(parts) = self {
             let (stack, body) = parts.take().expect("an unstarted coroutine has its parts");
-            *self = Coro::Started(Coroutine::with_stack(stack, move |y: &ProcYielder, ()| {
-                body.run(y)
-            }));
+            let c = Coroutine::with_stack(stack, move |y: &ProcYielder, ()| body.run(y));
+            trap.set(Some(c.trap_handler()));
+            *self = Coro::Started(c);
         }
         match self {
             Coro::Started(c) => c,
@@ -163,6 +174,7 @@ mod tests {
     #[test]
     fn a_body_runs_on_the_first_resume_and_an_unstarted_one_is_only_dropped() {
         let pool = StackPool::new(0);
+        let trap = TrapSlot::default();
         let size = round_size(64 * 1024).unwrap();
         let (ran, dropped) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
 
@@ -200,9 +212,9 @@ mod tests {
                 ExitReason::Normal
             }),
         );
-        assert!(matches!(c.resume(), Step::Suspended(Suspend::Park)));
+        assert!(matches!(c.resume(&trap), Step::Suspended(Suspend::Park)));
         assert_eq!(ran.load(Ordering::SeqCst), 1);
-        assert!(matches!(c.resume(), Step::Exited(ExitReason::Normal)));
+        assert!(matches!(c.resume(&trap), Step::Exited(ExitReason::Normal)));
         assert_eq!(ran.load(Ordering::SeqCst), 2);
         assert_eq!(dropped.load(Ordering::SeqCst), 2);
         drop(c.into_stack());

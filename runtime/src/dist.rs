@@ -250,6 +250,16 @@ impl Dist {
         v
     }
 
+    /// Bytes queued and not yet written, per connected node (the system
+    /// monitor's `busy_dist`).
+    pub(crate) fn queued_bytes(&self) -> Vec<(NodeId, usize)> {
+        self.peers
+            .read()
+            .iter()
+            .map(|(n, p)| (*n, p.sender.queued_bytes()))
+            .collect()
+    }
+
     /// The name and listen address of a connected node.
     pub(crate) fn peer_info(&self, node: NodeId) -> Option<(String, SocketAddr)> {
         self.peers

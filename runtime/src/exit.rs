@@ -28,6 +28,16 @@ pub enum ExitReason {
     NoConnection,
     /// The process did not exist (monitoring or linking a dead or unknown pid).
     NoProc,
+    /// The process ran into the guard page below its stack. Its frames were
+    /// abandoned, not unwound: their destructors did not run (heap memory
+    /// they owned leaks; a lock held at that moment stays held). See
+    /// [`spawn_opts().stack_size(..)`](crate::SpawnOpts::stack_size).
+    StackOverflow,
+    /// The process's mailbox passed its limit
+    /// ([`SpawnOpts::max_mailbox`](crate::SpawnOpts::max_mailbox) with
+    /// [`Overflow::Kill`](crate::Overflow::Kill)); untrappable, like
+    /// Erlang's `max_heap_size` kill.
+    MailboxOverflow,
 }
 
 impl ExitReason {
@@ -47,6 +57,8 @@ impl fmt::Display for ExitReason {
             ExitReason::Other(s) => f.write_str(s),
             ExitReason::NoConnection => f.write_str("noconnection"),
             ExitReason::NoProc => f.write_str("noproc"),
+            ExitReason::StackOverflow => f.write_str("stack_overflow"),
+            ExitReason::MailboxOverflow => f.write_str("mailbox_overflow"),
         }
     }
 }

@@ -70,6 +70,23 @@
 //! system calls in [`blocking`].
 //!
 //! Supervision needs unwinding: build with `panic = "unwind"` (the default).
+//!
+//! # What stays inside a process
+//!
+//! * A panic ends the process that panicked, with its message as the reason.
+//! * An exit signal acted on is not an exception: a `catch_unwind` that
+//!   swallows its unwind is overridden at the process's next runtime call,
+//!   and when its body returns, by the same reason.
+//! * A stack overflow (a fault in the guard page below a process stack) ends
+//!   that process with [`ExitReason::StackOverflow`]; links, monitors and
+//!   supervisors see it like any crash. **Its frames are abandoned, not
+//!   unwound: their destructors do not run**, so heap memory they owned
+//!   leaks and a lock held at that moment stays held. The log line names the
+//!   process, its initial call and its stack size; give it a larger
+//!   [`spawn_opts`]`().stack_size(..)`. An overflow of an OS thread's own
+//!   stack is reported by std and aborts, as in any Rust program.
+//! * A panic in the `Drop` of a message that could not be delivered (its
+//!   receiver is dead) is logged; the sender goes on.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 
@@ -88,6 +105,7 @@ mod future;
 mod generator;
 pub mod graph;
 mod hibernate;
+mod limits;
 mod loom;
 mod message;
 mod netmon;
@@ -102,6 +120,7 @@ mod sched;
 pub mod signal;
 mod stack;
 mod stats;
+mod sysmon;
 mod table;
 mod wakeup;
 
@@ -133,6 +152,7 @@ pub use generator::{Generator, GeneratorState, Yielder};
 pub use graft_derive::Mobile;
 pub use graph::Mobile;
 pub use hibernate::hibernate;
+pub use limits::{dropped_messages, Overflow};
 pub use message::Local;
 pub use netmon::{
     connect_name, monitor_name, monitor_node, monitor_nodes, testing, AutoConnect, NodeDown, NodeUp,
@@ -143,6 +163,7 @@ pub use process::receive::{expect, expect_timeout, mark, receive, Mark, Receive,
 pub use process::state::Status;
 pub use sched::timer::TimerRef;
 pub use stack::{ensure_map_count, max_map_count};
+pub use sysmon::{system_monitor, system_monitor_off, SysMonConfig, SysMonEvent};
 pub use wakeup::{park, park_until, Unparker};
 
 /// The receive clause types (named in signatures only).
@@ -159,4 +180,5 @@ pub mod __loom {
     pub use crate::process::mailbox::Mailbox;
     pub use crate::process::state::ProcState;
     pub use crate::sched::idle::{Idle, Parker};
+    pub use crate::sched::spare::Spare;
 }

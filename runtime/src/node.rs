@@ -68,6 +68,9 @@ pub struct NodeConfig {
     pub(crate) max_pending_handshakes: Option<usize>,
     pub(crate) handshake_timeout: Option<Duration>,
     pub(crate) encrypt: bool,
+    pub(crate) long_schedule: Duration,
+    pub(crate) max_spare_workers: Option<usize>,
+    pub(crate) busy_dist_limit: usize,
 }
 
 impl NodeConfig {
@@ -88,6 +91,9 @@ impl NodeConfig {
             max_pending_handshakes: None,
             handshake_timeout: None,
             encrypt: false,
+            long_schedule: Duration::from_millis(10),
+            max_spare_workers: None,
+            busy_dist_limit: 1 << 20,
         }
     }
     /// The node's name, `name@host` (its [`NodeId`] is a hash of it, and it
@@ -217,6 +223,32 @@ impl NodeConfig {
     pub fn worker_count(&self) -> usize {
         self.workers
     }
+    /// How long a process may hold its worker without yielding before the
+    /// system monitor puts a spare worker thread to serve that worker's
+    /// queue (default 10 ms; see [`system_monitor`](crate::system_monitor)).
+    ///
+    /// ```
+    /// let cfg = graft::NodeConfig::new("127.0.0.1:0").long_schedule(std::time::Duration::from_millis(50));
+    /// # let _ = cfg;
+    /// ```
+    pub fn long_schedule(mut self, d: Duration) -> NodeConfig {
+        self.long_schedule = d;
+        self
+    }
+    /// How many spare worker threads the system monitor may start while
+    /// workers are held by processes that do not yield (default: as many as
+    /// workers; 0 turns the hand-off off). They are started on first need.
+    pub fn max_spare_workers(mut self, n: usize) -> NodeConfig {
+        self.max_spare_workers = Some(n);
+        self
+    }
+    /// Bytes queued for one peer past which the connection is busy (a
+    /// `BusyDist` system monitor event; default 1 MiB, as Erlang's
+    /// `dist_buf_busy_limit`).
+    pub fn busy_dist_limit(mut self, bytes: usize) -> NodeConfig {
+        self.busy_dist_limit = bytes;
+        self
+    }
 }
 
 /// Scheduler threads when not configured: `GRAFT_WORKERS` if set (like
@@ -259,6 +291,7 @@ pub(crate) struct NodeShared {
     pub(crate) blocking: BlockingPool,
     pub(crate) commands: Sender<NodeCommand>,
     pub(crate) dist: Dist,
+    pub(crate) sysmon: crate::sysmon::Sysmon,
     next_serial: AtomicU64,
     next_ref: AtomicU64,
     /// Processes spawned and not yet finished, striped per worker (plus one
@@ -280,6 +313,7 @@ pub(crate) struct SpawnSpec {
     pub(crate) link: Option<Pid>,
     pub(crate) monitor: Option<(MonitorRef, Pid)>,
     pub(crate) trap_exits: bool,
+    pub(crate) max_mailbox: Option<(usize, crate::limits::Overflow)>,
 }
 
 impl NodeShared {
@@ -320,7 +354,7 @@ impl NodeShared {
         };
         let pid = Pid::new(self.id, self.creation, serial);
         let pinned = if spec.pinned {
-            Some(context::worker().map_or(0, |w| w.index as u32))
+            Some(context::worker().map_or(0, |w| w.home() as u32))
         } else {
             None
         };
@@ -329,6 +363,12 @@ impl NodeShared {
             std::panic::Location::caller(),
             context::process().map(|p| p.pid),
         );
+        proc.initial_call = std::any::type_name::<F>;
+        if let Some((max, policy)) = spec.max_mailbox {
+            proc.limit = Some(Box::new(crate::process::Limit::new(max, policy)));
+            // Kept set: each drain records the private queue's length.
+            proc.has_signal = AtomicBool::new(true);
+        }
         let p = Arc::new(proc);
         let raw: *const Process = Arc::as_ptr(&p);
         let raw = RawProc(raw);
@@ -341,7 +381,7 @@ impl NodeShared {
                 let me = unsafe { &*raw.0 };
                 // SAFETY: as above.
                 unsafe { me.local().yielder = Some(std::ptr::NonNull::from(y)) };
-                match catch_unwind(AssertUnwindSafe(f)) {
+                let reason = match catch_unwind(AssertUnwindSafe(f)) {
                     Ok(()) => ExitReason::Normal,
                     Err(payload) => {
                         if me.forced_drop.load(Ordering::Relaxed) {
@@ -350,7 +390,11 @@ impl NodeShared {
                         crate::report::note_unwind(me, &*payload);
                         exit_reason_of(&*payload)
                     }
-                }
+                };
+                // An exit signal acted on (and its unwind caught by the
+                // body) decides the reason, whatever the body returned.
+                // SAFETY: as above.
+                unsafe { me.local() }.doomed.take().map_or(reason, |d| *d)
             }),
         ));
         {
@@ -378,13 +422,22 @@ impl NodeShared {
             return self.dist.deliver(to, mail);
         }
         if to.creation() != self.creation {
-            return; // a pid of an earlier incarnation of this node: dead
+            // A pid of an earlier incarnation of this node: dead.
+            return drop_undelivered(to, mail);
         }
+        let mut mail = Some(mail);
         self.table.with(to.serial(), |p| {
-            if p.deliver(mail) {
-                self.sched.wake(p);
+            if let Some(m) = mail.take() {
+                match p.deliver_watched(m, Some(self)) {
+                    Ok(true) => self.sched.wake(p),
+                    Ok(false) => {}
+                    Err(m) => mail = Some(m),
+                }
             }
         });
+        if let Some(m) = mail {
+            drop_undelivered(to, m);
+        }
     }
 
     /// The mail that carries `msg` to `to`: the value itself for a process of
@@ -515,17 +568,15 @@ impl NodeShared {
                 }),
             );
         }
-        let link_reason = if reason == ExitReason::Kill {
-            ExitReason::Killed
-        } else {
-            reason
-        };
+        // A process killed by a `Kill` signal ends with `Killed`, which is
+        // what its links see; one that ended itself with `Kill` passes an
+        // ordinary, trappable `kill` on (Erlang).
         for l in links {
             self.deliver(
                 l,
                 Mail::Signal {
                     from: p.pid,
-                    reason: link_reason.clone(),
+                    reason: reason.clone(),
                     link: true,
                 },
             );
@@ -659,10 +710,13 @@ impl Node {
             .clone()
             .unwrap_or_else(|| default_name(addr, creation));
         crate::pid::note_node_name(&name);
-        let workers: Vec<crossbeam_deque::Worker<crate::sched::Runnable>> = (0..config.workers)
+        let spares = config.max_spare_workers.unwrap_or(config.workers);
+        let mut workers: Vec<crossbeam_deque::Worker<crate::sched::Runnable>> = (0..config.workers
+            + spares)
             .map(|_| crossbeam_deque::Worker::new_lifo())
             .collect();
         let stealers = workers.iter().map(|w| w.stealer()).collect();
+        let spare_queues = workers.split_off(config.workers);
         let (tx, rx) = unbounded();
         let shared = Arc::new(NodeShared {
             id: NodeId::from_name(&name),
@@ -672,15 +726,22 @@ impl Node {
             shutdown_timeout: config.shutdown_timeout,
             table: ProcessTable::new(),
             registry: Registry::default(),
-            sched: Scheduler::new(stealers),
+            sched: Scheduler::new(stealers, config.workers),
             stacks: StackPool::new(default_stack),
             timers: Timers::default(),
             blocking: BlockingPool::new("graft"),
             commands: tx,
             dist: Dist::new(),
+            sysmon: crate::sysmon::Sysmon::new(
+                config.long_schedule,
+                config.busy_dist_limit,
+                spare_queues,
+            ),
             next_serial: AtomicU64::new(1),
             next_ref: AtomicU64::new(1),
-            live: (0..=config.workers).map(|_| Default::default()).collect(),
+            live: (0..=config.workers + spares)
+                .map(|_| Default::default())
+                .collect(),
             live_lock: Mutex::new(()),
             live_cv: Condvar::new(),
             stopping: AtomicBool::new(false),
@@ -721,18 +782,7 @@ impl Node {
             threads.push(
                 std::thread::Builder::new()
                     .name(format!("graft-worker-{index}"))
-                    .spawn(move || {
-                        WorkerCtx {
-                            index,
-                            node,
-                            local,
-                            current: std::cell::Cell::new(std::ptr::null()),
-                            rounds: std::cell::Cell::new(0),
-                            serials: std::cell::Cell::new((0, 0)),
-                            held_frames: Default::default(),
-                        }
-                        .run()
-                    })?,
+                    .spawn(move || WorkerCtx::new(index, node, local).run())?,
             );
         }
         let s = shared.clone();
@@ -752,6 +802,12 @@ impl Node {
             std::thread::Builder::new()
                 .name("graft-timer".into())
                 .spawn(move || s.timers.run(&s))?,
+        );
+        let s = shared.clone();
+        threads.push(
+            std::thread::Builder::new()
+                .name("graft-sysmon".into())
+                .spawn(move || s.sysmon.run(&s))?,
         );
         let s = shared.clone();
         threads.push(
@@ -881,7 +937,7 @@ impl Node {
             }
         }
         let guard = Guard(slot.clone());
-        self.shared.spawn(SpawnSpec::default(), move || {
+        let pid = self.shared.spawn(SpawnSpec::default(), move || {
             let guard = guard;
             let r = catch_unwind(AssertUnwindSafe(f));
             let (value, rethrow) = match r {
@@ -900,7 +956,17 @@ impl Node {
         let (lock, cv) = &*slot;
         let mut g = lock.lock().unwrap_or_else(|e| e.into_inner());
         while g.is_none() {
-            g = cv.wait(g).unwrap_or_else(|e| e.into_inner());
+            // The guard fills the slot before the process leaves the table,
+            // unless its frames were abandoned (a stack overflow: no
+            // destructor runs), so a process gone with the slot empty
+            // overflowed its stack.
+            if self.shared.table.get(pid.serial()).is_none() {
+                return Err(Error::Exited(ExitReason::StackOverflow));
+            }
+            g = cv
+                .wait_timeout(g, Duration::from_millis(20))
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
         }
         g.take().expect("checked").map_err(Error::Exited)
     }
@@ -972,6 +1038,20 @@ pub(crate) fn guarded(f: impl FnOnce(), what: impl FnOnce() -> String) {
     }
 }
 
+/// Drops mail that could not be delivered (its receiver is dead), on the
+/// sender's thread: a `Drop` that panics is caught and logged here, so the
+/// sender lives (the panic is the message's, not the sender's).
+#[cold]
+#[inline(never)]
+pub(crate) fn drop_undelivered(to: Pid, mail: Mail) {
+    if matches!(mail, Mail::Msg(_)) {
+        guarded(
+            || drop(mail),
+            || format!("dropping a message for dead process {to}"),
+        );
+    }
+}
+
 /// Stops every process of the node and joins `threads` (all it started),
 /// from a thread that is not one of them.
 fn stop(s: &NodeShared, threads: Vec<JoinHandle<()>>) {
@@ -998,10 +1078,11 @@ fn stop(s: &NodeShared, threads: Vec<JoinHandle<()>>) {
         );
     }
     s.sched.stop();
+    let spares = s.sysmon.stop();
     s.timers.stop();
     s.stacks.stop();
     let _ = s.commands.send(NodeCommand::Stop);
-    for t in threads {
+    for t in threads.into_iter().chain(spares) {
         let name = t.thread().name().unwrap_or("?").to_string();
         if t.join().is_err() {
             log::error!("graft: thread {name} panicked");

@@ -9,6 +9,9 @@
 //!   so a monitor or link made concurrently either lands in the lists (and is
 //!   notified) or sees `exited` (and is answered with `NoProc` at once).
 //! * `coro`: only the worker that moved the state to `RUNNING`.
+//! * `trap`: written by that worker when it makes the coroutine (first run),
+//!   read by the overflow handler (`overflow.rs`) on the thread running the
+//!   process.
 //! * `local`: only the process itself, while it runs.
 
 pub(crate) mod mailbox;
@@ -16,9 +19,10 @@ pub(crate) mod receive;
 pub(crate) mod state;
 pub(crate) mod value;
 
-use crate::coroutine::{Coro, ProcYielder};
+use crate::coroutine::{Coro, ProcYielder, TrapSlot};
 use crate::exit::{ExitReason, ExitSignal, ProcessDied};
-use crate::loom::{AtomicBool, AtomicUsize, Mutex, Ordering, UnsafeCell};
+use crate::limits::Overflow;
+use crate::loom::{AtomicBool, AtomicU64, AtomicUsize, Mutex, Ordering, UnsafeCell};
 use crate::message::Message;
 use crate::pid::{MonitorRef, Pid};
 use mailbox::Mailbox;
@@ -261,6 +265,13 @@ pub(crate) struct Local {
     /// Mail ever moved from the mailbox into `saved`: a position in the
     /// stream of arrivals, for [`Mark`](crate::Mark) (the ref trick).
     pub(crate) received: u64,
+    /// The reason of the exit signal this process acted on: once set, the
+    /// process ends with it whatever its code does (a `catch_unwind` that
+    /// swallowed the unwind is overridden at the next runtime call and when
+    /// the body returns). `has_signal` stays set meanwhile, so the checks
+    /// cost nothing until then.
+    /// (Boxed: one word in every entry.)
+    pub(crate) doomed: Option<Box<ExitReason>>,
 }
 
 /// The unwinding payload that ends a process with a reason (an exit signal
@@ -277,6 +288,31 @@ impl ExitUnwind {
     /// The unwind of an exit signal acted on.
     pub(crate) fn signal(reason: ExitReason) -> Box<ExitUnwind> {
         Box::new(ExitUnwind { reason, own: false })
+    }
+}
+
+/// A process's mailbox limit and what it counts (`limits.rs`).
+#[derive(Debug)]
+pub(crate) struct Limit {
+    max: usize,
+    policy: Overflow,
+    /// Messages in the private queue at the owner's last drain.
+    saved_len: AtomicUsize,
+    /// Messages dropped at the limit.
+    pub(crate) dropped: AtomicU64,
+    /// The limit was passed with `Overflow::Kill`: the kill is on its way.
+    overflowed: AtomicBool,
+}
+
+impl Limit {
+    pub(crate) fn new(max: usize, policy: Overflow) -> Limit {
+        Limit {
+            max,
+            policy,
+            saved_len: AtomicUsize::new(0),
+            dropped: AtomicU64::new(0),
+            overflowed: AtomicBool::new(false),
+        }
     }
 }
 
@@ -297,6 +333,21 @@ pub(crate) struct Process {
     /// The guard pages below this process's stack and the stack's size, for
     /// the overflow report (see `overflow.rs`).
     pub(crate) guard: crate::stack::Guard,
+    /// The coroutine's trap handler, for the overflow handler (set on the
+    /// first run; see `coroutine.rs`).
+    pub(crate) trap: TrapSlot,
+    /// The type name of the closure the process was spawned with (Erlang's
+    /// initial call), for the overflow report (a function: one word).
+    pub(crate) initial_call: fn() -> &'static str,
+    /// The mailbox limit (`spawn_opts().max_mailbox`; `limits.rs`), boxed:
+    /// one word in every entry, most processes have none. A limited
+    /// process keeps `has_signal` set, so that each drain records the
+    /// private queue's length for senders.
+    pub(crate) limit: Option<Box<Limit>>,
+    /// A `LongMessageQueue { long: true }` event was sent for this mailbox
+    /// (the process keeps `has_signal` set until it falls back under the
+    /// subscriber's off threshold).
+    lmq_long: AtomicBool,
     /// About where the process's stack pointer was when it last suspended
     /// (0: never): a waker prefetches there, see [`Process::prefetch_stack`].
     parked_sp: AtomicUsize,
@@ -318,7 +369,9 @@ impl std::fmt::Debug for Process {
 // SAFETY: the `UnsafeCell` fields are each owned by one thread at a time, as
 // the module docs say: `coro` by the worker holding the RUNNING state (handed
 // over through the state word's Acquire/Release), `local` by the process's
-// own code, which runs on that worker. Everything else is atomics or locks.
+// own code, which runs on that worker. `trap` (a `Cell`) is written by that
+// worker before the coroutine first runs and read only on the thread running
+// it (handed over like `coro`). Everything else is atomics or locks.
 unsafe impl Sync for Process {}
 // SAFETY: as above; the raw yielder pointer in `local` is only dereferenced by
 // the process itself, on whichever worker it runs.
@@ -343,6 +396,10 @@ impl Process {
             pinned,
             forced_drop: AtomicBool::new(false),
             guard,
+            trap: TrapSlot::default(),
+            initial_call: || "?",
+            limit: None,
+            lmq_long: AtomicBool::new(false),
             parked_sp: AtomicUsize::new(0),
             acct: crate::stats::Acct::default(),
             coro: UnsafeCell::new(None),
@@ -420,17 +477,119 @@ impl Process {
     }
 
     /// Delivers mail; returns `true` if the caller must schedule the process.
+    /// Mail for a process that has exited is dropped (a panic in its `Drop`
+    /// is caught and logged: the sender lives).
     #[inline(always)]
     pub(crate) fn deliver(&self, mail: Mail) -> bool {
+        match self.deliver_or_return(mail) {
+            Ok(wake) => wake,
+            Err(m) => {
+                crate::node::drop_undelivered(self.pid, m);
+                false
+            }
+        }
+    }
+
+    /// [`Process::deliver`], handing the mail back if the process has exited.
+    #[inline(always)]
+    pub(crate) fn deliver_or_return(&self, mail: Mail) -> Result<bool, Mail> {
+        self.deliver_watched(mail, None)
+    }
+
+    /// [`Process::deliver_or_return`], with the mailbox limit applied and,
+    /// given the node, its length watched for the system monitor.
+    #[inline(always)]
+    pub(crate) fn deliver_watched(
+        &self,
+        mail: Mail,
+        node: Option<&crate::node::NodeShared>,
+    ) -> Result<bool, Mail> {
         let signal = matches!(mail, Mail::Signal { .. });
         let flagged = matches!(mail, Mail::Signal { .. } | Mail::Down(_));
-        if self.mailbox.push_flagged(mail, flagged).is_err() {
-            return false;
+        let cap = match &self.limit {
+            Some(l) if !flagged => l.max.saturating_sub(l.saved_len.load(Ordering::Relaxed)),
+            _ => usize::MAX,
+        };
+        let len = match self.mailbox.push_within(mail, flagged, cap) {
+            Ok(len) => len,
+            Err((mail, false)) => return Err(mail),
+            Err((mail, true)) => return Ok(self.over_limit(mail)),
+        };
+        if let Some(n) = node {
+            let on = n.sysmon.lmq_on.load(Ordering::Relaxed);
+            if on != 0 && len >= on && !flagged {
+                self.long_queue(n, len);
+            }
         }
         if signal {
             self.has_signal.store(true, Ordering::Release);
         }
+        Ok(self.state.wake())
+    }
+
+    /// A message found the mailbox at its limit: drop it (counted), and with
+    /// `Overflow::Kill` send the process its untrappable kill, once.
+    /// Returns whether the caller must schedule the process.
+    #[cold]
+    #[inline(never)]
+    fn over_limit(&self, mail: Mail) -> bool {
+        crate::node::drop_undelivered(self.pid, mail);
+        let Some(l) = &self.limit else {
+            return false;
+        };
+        l.dropped.fetch_add(1, Ordering::Relaxed);
+        if l.policy != Overflow::Kill || l.overflowed.swap(true, Ordering::Relaxed) {
+            return false;
+        }
+        let kill = Mail::Signal {
+            from: self.pid,
+            reason: ExitReason::MailboxOverflow,
+            link: false,
+        };
+        if self.mailbox.push_flagged(kill, true).is_err() {
+            return false;
+        }
+        self.has_signal.store(true, Ordering::Release);
         self.state.wake()
+    }
+
+    /// The mailbox reached the subscriber's `long_message_queue` threshold.
+    #[cold]
+    #[inline(never)]
+    fn long_queue(&self, node: &crate::node::NodeShared, len: usize) {
+        if !self.lmq_long.swap(true, Ordering::Relaxed) {
+            // Until back under the off threshold, each drain checks (cold).
+            self.has_signal.store(true, Ordering::Release);
+            node.sysmon.long_queue(node, self.pid, len, true);
+        }
+    }
+
+    /// Whether `has_signal` must stay set after a drain (see `limit` and
+    /// `lmq_long`).
+    #[inline]
+    fn sticky_signal(&self) -> bool {
+        self.limit.is_some() || self.lmq_long.load(Ordering::Relaxed)
+    }
+
+    /// After a drain that found `has_signal` set: what limited and long
+    /// mailboxes keep track of; `queued` is the private queue's length.
+    #[cold]
+    #[inline(never)]
+    fn after_flagged_drain(&self, queued: usize) {
+        if let Some(l) = &self.limit {
+            l.saved_len.store(queued, Ordering::Relaxed);
+        }
+        if self.lmq_long.load(Ordering::Relaxed) {
+            let Some(w) = crate::context::worker() else {
+                return;
+            };
+            let n = &w.node;
+            let off = n.sysmon.lmq_off.load(Ordering::Relaxed);
+            if n.sysmon.lmq_on.load(Ordering::Relaxed) == 0 || queued <= off {
+                self.lmq_long.store(false, Ordering::Relaxed);
+                n.sysmon.long_queue(n, self.pid, queued, false);
+            }
+        }
     }
 
     /// Moves the mailbox into the private queue, handling exit signals and
@@ -442,8 +601,10 @@ impl Process {
     /// As for [`Process::local`]: called by the running process itself.
     #[inline]
     pub(crate) unsafe fn drain(&self) {
-        if self.has_signal.load(Ordering::Relaxed) {
-            self.has_signal.store(false, Ordering::Relaxed);
+        let signalled = self.has_signal.load(Ordering::Relaxed);
+        if signalled {
+            // SAFETY: the caller is the running process (our precondition).
+            unsafe { self.signal_pending() };
         }
         // SAFETY: the caller is the running process (our precondition).
         let local = unsafe { self.local() };
@@ -454,6 +615,61 @@ impl Process {
             // SAFETY: as above.
             unsafe { self.handle_flagged(start) };
         }
+        if signalled {
+            // SAFETY: as above.
+            let queued = unsafe { self.local() }.saved.len();
+            self.after_flagged_drain(queued);
+        }
+    }
+
+    /// A signal was flagged, or the process is doomed: a doomed process
+    /// (one that acted on an exit signal and caught the unwind) unwinds
+    /// again with that reason; otherwise the flag is cleared for the drain.
+    ///
+    /// # Safety
+    ///
+    /// As for [`Process::local`]: called by the running process itself.
+    #[cold]
+    #[inline(never)]
+    pub(crate) unsafe fn signal_pending(&self) {
+        // SAFETY: the caller is the running process (our precondition).
+        let doomed = unsafe { &self.local().doomed };
+        match doomed {
+            // Not while unwinding already (a destructor calling the
+            // runtime): a second panic would abort the node.
+            Some(reason) if !std::thread::panicking() => {
+                std::panic::resume_unwind(ExitUnwind::signal(ExitReason::clone(reason)))
+            }
+            Some(_) => {}
+            None if self.sticky_signal() => {}
+            None => self.has_signal.store(false, Ordering::Relaxed),
+        }
+    }
+
+    /// Unwinds again if the process is doomed (see [`Local::doomed`]);
+    /// for runtime calls that do not drain (they leave `has_signal` alone).
+    /// Callers test `has_signal` first, so this costs one load otherwise.
+    ///
+    /// # Safety
+    ///
+    /// As for [`Process::local`]: called by the running process itself.
+    #[cold]
+    #[inline(never)]
+    pub(crate) unsafe fn check_doomed(&self) {
+        // SAFETY: the caller is the running process (our precondition).
+        if let Some(reason) = unsafe { &self.local().doomed } {
+            if !std::thread::panicking() {
+                std::panic::resume_unwind(ExitUnwind::signal(ExitReason::clone(reason)));
+            }
+        }
+    }
+
+    /// Ends the running process with `reason`, an exit signal it acts on:
+    /// marks it doomed first (see [`Local::doomed`]); `local` is its own.
+    fn act_on_signal(&self, local: &mut Local, reason: ExitReason) -> ! {
+        local.doomed = Some(Box::new(reason.clone()));
+        self.has_signal.store(true, Ordering::Relaxed);
+        std::panic::resume_unwind(ExitUnwind::signal(reason))
     }
 
     /// The rare part of [`Process::drain`]: signals and monitor
@@ -490,16 +706,22 @@ impl Process {
                         meta.trap_exits
                     };
                     if reason == ExitReason::Kill && !link {
-                        std::panic::resume_unwind(ExitUnwind::signal(ExitReason::Killed));
+                        self.act_on_signal(local, ExitReason::Killed);
+                    }
+                    if reason == ExitReason::MailboxOverflow && !link && from == self.pid {
+                        // The limit's kill (`over_limit`): untrappable.
+                        self.act_on_signal(local, ExitReason::MailboxOverflow);
                     }
                     if trapping {
                         local
                             .saved
                             .push_back(Mail::msg(ExitSignal { from, reason }));
-                    } else if reason.is_normal() {
-                        // a normal exit signal does not kill a non-trapping process
+                    } else if reason.is_normal() && (link || from != self.pid) {
+                        // A normal exit signal does not kill a non-trapping
+                        // process, unless it sent it to itself (Erlang's
+                        // `exit(self(), normal)` ends the caller).
                     } else {
-                        std::panic::resume_unwind(ExitUnwind::signal(reason));
+                        self.act_on_signal(local, reason);
                     }
                 }
             }

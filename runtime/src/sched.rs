@@ -30,6 +30,7 @@
 pub(crate) mod blocking;
 pub(crate) mod idle;
 pub(crate) mod run_queue;
+pub(crate) mod spare;
 pub(crate) mod timer;
 pub(crate) mod worker;
 
@@ -52,29 +53,61 @@ pub(crate) struct Scheduler {
     pub(crate) pinned: Vec<Mutex<VecDeque<Runnable>>>,
     /// Length of each pinned queue, read without its lock.
     pub(crate) pinned_len: Vec<AtomicUsize>,
-    /// Per worker: bumped at every process switch (read by the monitor).
+    /// Per worker (spares included): its run word, bumped at every process
+    /// switch and marked with `IDLE_BIT` while it waits for work (read by
+    /// the monitors: `rescue_stuck` and `sysmon.rs`).
     pub(crate) ticks: Vec<AtomicU64>,
+    /// Per worker: the pid serial of the process it runs or ran last.
+    pub(crate) running: Vec<AtomicU64>,
+    /// Workers made at start; the slots after them are spares.
+    pub(crate) primaries: usize,
     pub(crate) idle: Idle,
     pub(crate) stop: AtomicBool,
 }
 
+/// Set in a worker's run word while it waits for work.
+pub(crate) const IDLE_BIT: u64 = 1 << 63;
+
 impl Scheduler {
-    pub(crate) fn new(stealers: Vec<Stealer<Runnable>>) -> Scheduler {
+    /// A scheduler for `primaries` workers; `stealers` has one entry per
+    /// worker slot, spares included.
+    pub(crate) fn new(stealers: Vec<Stealer<Runnable>>, primaries: usize) -> Scheduler {
         let n = stealers.len();
         Scheduler {
+            running: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            primaries,
             injector: Injector::new(),
             stealers,
             lifo: (0..n).map(|_| LifoSlot::default()).collect(),
             pinned: (0..n).map(|_| Mutex::new(VecDeque::new())).collect(),
             pinned_len: (0..n).map(|_| AtomicUsize::new(0)).collect(),
-            ticks: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            ticks: (0..n).map(|_| AtomicU64::new(IDLE_BIT)).collect(),
             idle: Idle::new(n),
             stop: AtomicBool::new(false),
         }
     }
 
+    /// Worker slots, spares included.
     pub(crate) fn workers(&self) -> usize {
         self.stealers.len()
+    }
+
+    /// Whether a spare would find work while worker `i` is held (the
+    /// system monitor asks before it starts one): something waits in `i`'s
+    /// LIFO slot, its queue or the injector, and no worker sleeps (one that
+    /// sleeps is woken for such work anyway). Go's sysmon asks the same
+    /// before it hands a P to another thread.
+    pub(crate) fn work_waits(&self, i: usize) -> bool {
+        self.idle.sleeping() == 0
+            && (self.lifo[i].is_occupied()
+                || !self.stealers[i].is_empty()
+                || !self.injector.is_empty())
+    }
+
+    /// Worker `i`, which ran `runs` processes, waits for work.
+    #[inline]
+    pub(crate) fn mark_idle(&self, i: usize, runs: u64) {
+        self.ticks[i].store(runs | IDLE_BIT, Ordering::Relaxed);
     }
 
     /// This thread's worker, if it is one of ours.

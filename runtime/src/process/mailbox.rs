@@ -74,6 +74,23 @@ impl<M> Mailbox<M> {
         self.push_flagged(m, false)
     }
 
+    /// Appends `m` unless the owner has exited (`Err((m, false))`) or `cap`
+    /// items wait already (`Err((m, true))`); the queue's length after it.
+    #[inline(always)]
+    pub fn push_within(&self, m: M, flag: bool, cap: usize) -> Result<usize, (M, bool)> {
+        let mut inner = self.inner.lock();
+        if inner.closed {
+            return Err((m, false));
+        }
+        if inner.queue.len() >= cap {
+            return Err((m, true));
+        }
+        inner.queue.push_back(m);
+        inner.flagged |= flag;
+        self.nonempty.store(true, Ordering::Release);
+        Ok(inner.queue.len())
+    }
+
     /// Appends `m`, marking the batch as needing attention if `flag`.
     #[inline(always)]
     pub fn push_flagged(&self, m: M, flag: bool) -> Result<(), M> {

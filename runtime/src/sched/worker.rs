@@ -5,7 +5,7 @@ use crate::coroutine::{Step, Suspend};
 use crate::loom::Ordering;
 use crate::node::NodeShared;
 use crate::process::Process;
-use crate::sched::{Runnable, Scheduler};
+use crate::sched::{Runnable, Scheduler, IDLE_BIT};
 use crossbeam_deque::{Steal, Worker};
 use std::cell::Cell;
 use std::sync::Arc;
@@ -33,6 +33,13 @@ pub(crate) struct WorkerCtx {
     /// Connections holding frames that processes run here sent to other
     /// nodes, written after each run (see `dist::queue`).
     pub(crate) held_frames: std::cell::RefCell<Vec<graft_net::PeerSender>>,
+    /// For a spare worker (`spare.rs`): its index among the spares, and the
+    /// stuck worker it serves now.
+    pub(crate) spare: Option<usize>,
+    pub(crate) serving: Cell<Option<usize>>,
+    /// Runs on this worker (a local copy of the run word's count, so the
+    /// shared word is only stored, never read, by the worker).
+    pub(crate) runs: Cell<u64>,
 }
 
 impl std::fmt::Debug for WorkerCtx {
@@ -64,16 +71,88 @@ impl WorkerCtx {
         &self.node.sched
     }
 
+    /// A worker made by `Node::start` (not a spare).
+    pub(crate) fn new(index: usize, node: Arc<NodeShared>, local: Worker<Runnable>) -> WorkerCtx {
+        WorkerCtx {
+            index,
+            node,
+            local,
+            current: Cell::new(std::ptr::null()),
+            rounds: Cell::new(0),
+            serials: Cell::new((0, 0)),
+            held_frames: Default::default(),
+            spare: None,
+            serving: Cell::new(None),
+            runs: Cell::new(0),
+        }
+    }
+
+    /// The worker a process spawned pinned here stays on: this one, or for
+    /// a spare, the worker it serves (a spare may retire).
+    pub(crate) fn home(&self) -> usize {
+        self.serving.get().unwrap_or(self.index)
+    }
+
     /// The worker thread's main loop.
     pub(crate) fn run(self) {
         context::enter_worker(&self, || self.main_loop());
+    }
+
+    /// A spare worker thread's loop: serve a stuck worker whenever the
+    /// system monitor asks, until the node stops (`spare.rs`).
+    pub(crate) fn run_spare(self) {
+        let Some(j) = self.spare else {
+            return self.run();
+        };
+        context::enter_worker(&self, || {
+            let spare = &self.node.sysmon.spares[j];
+            while let Some(i) = spare.wait_active() {
+                if self.sched().stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                self.serving.set(Some(i));
+                self.main_loop();
+                self.serving.set(None);
+                self.hand_back();
+                spare.retired();
+            }
+            self.hand_back();
+        });
+    }
+
+    /// A spare that stops serving: what its own queues hold goes to the
+    /// injector, for the other workers.
+    fn hand_back(&self) {
+        let sched = self.sched();
+        let mut moved = false;
+        if let Some(p) = sched.lifo[self.index].take() {
+            sched.injector.push(p);
+            moved = true;
+        }
+        while let Some(p) = self.local.pop() {
+            sched.injector.push(p);
+            moved = true;
+        }
+        if moved {
+            sched.idle.notify_one();
+        }
+        sched.mark_idle(self.index, self.runs.get());
+    }
+
+    /// `false` once a spare no longer serves its stuck worker.
+    #[inline]
+    fn on_duty(&self) -> bool {
+        match (self.spare, self.serving.get()) {
+            (Some(j), Some(i)) => self.node.sysmon.spares[j].serves(i),
+            _ => true,
+        }
     }
 
     fn main_loop(&self) {
         let sched = self.sched();
         let mut lifo_budget = LIFO_BUDGET;
         loop {
-            if sched.stop.load(Ordering::Relaxed) {
+            if sched.stop.load(Ordering::Relaxed) || !self.on_duty() {
                 return;
             }
             let next = if lifo_budget > 0 {
@@ -113,6 +192,12 @@ impl WorkerCtx {
                 return Some(p);
             }
         }
+        if let Some(stuck) = self.serving.get() {
+            // A spare: what the stuck worker's process woke runs here.
+            if let Some(p) = sched.lifo[stuck].take() {
+                return Some(p);
+            }
+        }
         if sched.pinned_len[i].load(Ordering::SeqCst) > 0 {
             if let Some(p) = sched.pinned[i].lock().pop_front() {
                 sched.pinned_len[i].fetch_sub(1, Ordering::SeqCst);
@@ -132,6 +217,11 @@ impl WorkerCtx {
         let n = sched.stealers.len();
         for k in 1..n {
             let victim = (i + k) % n;
+            // A spare's queue is empty unless it serves (it hands its
+            // queue back when it retires): skip it without a steal's fence.
+            if victim >= sched.primaries && sched.stealers[victim].is_empty() {
+                continue;
+            }
             loop {
                 match sched.stealers[victim].steal_batch_and_pop(&self.local) {
                     Steal::Success(p) => return Some(p),
@@ -147,8 +237,11 @@ impl WorkerCtx {
     #[cold]
     fn wait_for_work(&self) -> Option<Runnable> {
         let sched = self.sched();
+        // Not running a process: the system monitor must not count this
+        // wait as a long run of the last one.
+        sched.mark_idle(self.index, self.runs.get());
         for round in 0..SPIN_ROUNDS {
-            if sched.stop.load(Ordering::Relaxed) {
+            if sched.stop.load(Ordering::Relaxed) || !self.on_duty() {
                 return None;
             }
             if let Some(p) = self.find_work() {
@@ -163,7 +256,7 @@ impl WorkerCtx {
             }
         }
         sched.idle.register(self.index);
-        if sched.stop.load(Ordering::SeqCst) {
+        if sched.stop.load(Ordering::SeqCst) || !self.on_duty() {
             sched.idle.unregister(self.index);
             return None;
         }
@@ -182,12 +275,16 @@ impl WorkerCtx {
         // earliest below (after which `p` is not used).
         let p: &Process = unsafe { r.process() };
         let sched = self.sched();
-        // Only this worker writes its tick: a plain store, no atomic RMW.
-        let tick = &sched.ticks[self.index];
-        tick.store(
-            tick.load(Ordering::Relaxed).wrapping_add(1),
-            Ordering::Relaxed,
-        );
+        // What the system monitor watches (`sysmon.rs`): only this worker
+        // writes its run word and running pid, plain stores.
+        let runs = self.runs.get().wrapping_add(1);
+        self.runs.set(runs);
+        // The pid first: the monitor reads the run word, then the pid, then
+        // the run word again (Release/Acquire: a pid read between two equal
+        // run words is that run's, or, racing a switch, so rarely another's
+        // that a report may name the wrong one).
+        sched.running[self.index].store(p.pid.serial(), Ordering::Relaxed);
+        sched.ticks[self.index].store(runs & !IDLE_BIT, Ordering::Release);
         p.state.start();
         self.current.set(p);
         loop {
@@ -201,7 +298,7 @@ impl WorkerCtx {
             // Accounting (stats.rs): plain stores, no clock.
             p.acct.ran();
             self.node.stats.running(self.index, p);
-            let step = coro.resume();
+            let step = coro.resume(&p.trap);
             self.node.stats.between(self.index);
             match step {
                 Step::Suspended(Suspend::Park) => {
