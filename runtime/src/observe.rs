@@ -103,8 +103,8 @@ pub struct NodeStats {
     /// Processes that crashed (with a crash report, see
     /// [`report`](crate::report)).
     pub crashes: u64,
-    /// Workers handed to a spare thread by the system monitor (not measured
-    /// by this build: `None`).
+    /// Spare worker threads now serving a worker held by one process (see
+    /// the system monitor, `NodeConfig::long_schedule`).
     pub spares_in_use: Option<u64>,
     /// Connected nodes.
     pub peers: Vec<PeerStats>,
@@ -365,7 +365,7 @@ pub(crate) fn history_of(n: &NodeShared) -> Vec<(f64, Vec<f64>)> {
 
 pub(crate) fn stats_of(n: &NodeShared) -> NodeStats {
     let sched = &n.sched;
-    let workers = sched.workers();
+    let workers = sched.primaries;
     let run_queue = (0..workers)
         .map(|i| {
             (sched.stealers[i].len()
@@ -431,7 +431,13 @@ pub(crate) fn stats_of(n: &NodeShared) -> NodeStats {
         registered: n.registry.names().len() as u64,
         restarts: n.stats.restarts.load(Relaxed),
         crashes: n.stats.crashes.load(Relaxed),
-        spares_in_use: None,
+        spares_in_use: Some(
+            n.sysmon
+                .spares
+                .iter()
+                .filter(|s| s.serving().is_some())
+                .count() as u64,
+        ),
         peers,
     }
 }
