@@ -65,6 +65,7 @@ pub struct NodeConfig {
     pub(crate) max_pending_handshakes: Option<usize>,
     pub(crate) handshake_timeout: Option<Duration>,
     pub(crate) encrypt: bool,
+    pub(crate) tls: Option<graft_net::TlsConfig>,
 }
 
 impl NodeConfig {
@@ -82,6 +83,7 @@ impl NodeConfig {
             max_pending_handshakes: None,
             handshake_timeout: None,
             encrypt: false,
+            tls: None,
         }
     }
     /// The node's name (default `graft@<listen address>`).
@@ -161,6 +163,22 @@ impl NodeConfig {
     /// ```
     pub fn encrypt(mut self, on: bool) -> NodeConfig {
         self.encrypt = on;
+        self
+    }
+    /// Run distribution over TLS 1.3 (as Erlang's `inet_tls_dist`): both
+    /// nodes of every connection present a certificate of the cluster's
+    /// CA naming them (a SAN equal to the node name, or to the host of a
+    /// `name@host` name), the cookie handshake runs inside TLS. Plain TCP
+    /// is the default; a TLS node and a plain one refuse each other. See
+    /// [`TlsConfig`](graft_net::TlsConfig) and `docs/security.md`.
+    ///
+    /// ```no_run
+    /// # let tls: graft_net::TlsConfig = unimplemented!();
+    /// let cfg = graft::NodeConfig::new("127.0.0.1:0").tls(tls);
+    /// # let _ = cfg;
+    /// ```
+    pub fn tls(mut self, tls: graft_net::TlsConfig) -> NodeConfig {
+        self.tls = Some(tls);
         self
     }
     /// The configured number of workers.
@@ -636,6 +654,9 @@ impl Node {
             net = net.handshake_timeout(t);
         }
         net = net.encrypt(config.encrypt);
+        if let Some(tls) = config.tls.clone() {
+            net = net.tls(tls);
+        }
         let handler = Arc::new(NetHandler {
             node: Arc::downgrade(&shared),
         });
