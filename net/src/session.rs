@@ -289,6 +289,9 @@ impl Sealer {
             }
             Protect::Tls(aead, iv) => {
                 // `buf[from - 5..from]` is the header, already written.
+                if from < TLS_HEADER {
+                    return Err(io::Error::other("a TLS record without its header"));
+                }
                 if self.nonce >= TLS_MAX_SEQ {
                     return Err(io::Error::other(
                         "TLS record limit reached (connections never rekey); reconnect",

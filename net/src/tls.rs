@@ -559,3 +559,105 @@ impl PendingTls {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+
+    fn config() -> TlsConfig {
+        let ca_key = KeyPair::generate().unwrap();
+        let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca_der = ca.self_signed(&ca_key).unwrap().der().to_vec();
+        let key = KeyPair::generate().unwrap();
+        let leaf = CertificateParams::new(vec!["n".to_string()])
+            .unwrap()
+            .signed_by(&key, &Issuer::from_params(&ca, &ca_key))
+            .unwrap();
+        TlsConfig::new(vec![leaf.der().to_vec()], key.serialize_der(), vec![ca_der]).unwrap()
+    }
+
+    /// Our records are real TLS 1.3: after extracting the server's secrets,
+    /// a rustls client that still runs its own record layer reads what we
+    /// seal, and we open what it writes.
+    #[test]
+    fn sealed_records_are_tls_records_rustls_reads() {
+        let cfg = config();
+        let mut client =
+            ClientConnection::new(cfg.client.clone(), ServerName::try_from("n").unwrap()).unwrap();
+        let mut server = TlsHandshake::server(&cfg).unwrap();
+        let mut done = false;
+        for _ in 0..10 {
+            let mut c2s = Vec::new();
+            while client.wants_write() {
+                client.write_tls(&mut c2s).unwrap();
+            }
+            done = server.feed(&c2s).unwrap();
+            let s2c = server.take_output();
+            client.read_tls(&mut &s2c[..]).unwrap();
+            client.process_new_packets().unwrap();
+            if done && !client.is_handshaking() {
+                break;
+            }
+        }
+        assert!(done && !client.is_handshaking());
+        let mut up = server.finish().unwrap();
+        // Server to client: our sealer, rustls's reader (several records).
+        let msg: Vec<u8> = (0..40_000u32).map(|i| i as u8).collect();
+        let mut wire = Vec::new();
+        up.sealer.seal(&msg, &mut wire).unwrap();
+        assert_eq!(&wire[..3], &[23, 3, 3]);
+        let mut at = &wire[..];
+        let mut got = Vec::new();
+        while !at.is_empty() {
+            client.read_tls(&mut at).unwrap();
+            client.process_new_packets().unwrap();
+            let mut buf = [0u8; 65536];
+            while let Ok(n) = client.reader().read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                got.extend_from_slice(&buf[..n]);
+            }
+        }
+        assert_eq!(got, msg);
+        // Client to server: rustls's writer, our opener.
+        client.writer().write_all(b"hello from rustls").unwrap();
+        let mut c2s = Vec::new();
+        while client.wants_write() {
+            client.write_tls(&mut c2s).unwrap();
+        }
+        let mut raw = c2s.clone();
+        assert_eq!(
+            up.opener.open_available(&mut raw).unwrap(),
+            b"hello from rustls"
+        );
+        // Replayed, or with a flipped bit: refused.
+        let mut again = c2s.clone();
+        assert!(up.opener.open_available(&mut again).is_err());
+        // An alert from rustls is reported in words.
+        client.send_close_notify();
+        let mut c2s = Vec::new();
+        while client.wants_write() {
+            client.write_tls(&mut c2s).unwrap();
+        }
+        let e = up.opener.open_available(&mut c2s).unwrap_err();
+        assert!(e.to_string().contains("close_notify"), "{e}");
+    }
+
+    #[test]
+    fn bad_configurations_and_non_tls_bytes_are_refused() {
+        assert!(TlsConfig::new(vec![], vec![1, 2, 3], vec![]).is_err());
+        assert!(TlsConfig::new(vec![vec![0; 10]], vec![1, 2, 3], vec![vec![0; 10]]).is_err());
+        let cfg = config();
+        let mut hs = TlsHandshake::server(&cfg).unwrap();
+        let e = hs.feed(b"\0\0\0\x20GRFT").unwrap_err();
+        assert!(e.to_string().contains("plain-TCP"), "{e}");
+        let mut hs = TlsHandshake::server(&cfg).unwrap();
+        let e = hs.feed(&[22, 3, 1, 0xff, 0xff]).unwrap_err();
+        assert!(e.to_string().contains("longer"), "{e}");
+        let mut hs = TlsHandshake::server(&cfg).unwrap();
+        assert!(hs.feed(&[22, 3, 1, 0, 4, 1, 0, 0, 0]).is_err());
+    }
+}
