@@ -9,7 +9,11 @@ pub fn report(bench: &str, metric: &str, unit: &str, value: f64) {
     use std::io::Write;
     // GRAFT_BENCH_TLS=1: the distributed benches are their `_tls` twins.
     let tls = bench.starts_with("dist_") && tls_wanted();
-    let bench = &if tls { format!("{bench}_tls") } else { bench.to_string() };
+    let bench = &if tls {
+        format!("{bench}_tls")
+    } else {
+        bench.to_string()
+    };
     // A reader that went away (`| head -1`) is not the bench failing.
     let _ = writeln!(
         std::io::stdout(),
@@ -81,7 +85,10 @@ pub fn with_peer<R>(f: impl FnOnce(&graft::Node, graft::NodeId) -> R) -> R {
     // GRAFT_BENCH_ENCRYPT=1: the same bench with encrypted distribution.
     let encrypt = std::env::var_os("GRAFT_BENCH_ENCRYPT").is_some_and(|v| v == "1");
     let tls = if let Some(dir) = std::env::var_os(TLS_DIR_ENV) {
-        Some((std::path::PathBuf::from(dir.clone()), load_tls(dir.as_ref())))
+        Some((
+            std::path::PathBuf::from(dir.clone()),
+            load_tls(dir.as_ref()),
+        ))
     } else if tls_wanted() {
         Some(make_tls())
     } else {

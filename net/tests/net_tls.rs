@@ -208,3 +208,19 @@ fn garbage_and_silence_against_a_tls_node_cost_only_a_slot() {
     a.shutdown();
     b.shutdown();
 }
+
+#[test]
+fn a_stalled_tls_handshake_times_out() {
+    init_log();
+    let ca = ca("graft test CA");
+    let (b, _) =
+        start(tls_node("b", tls(&ca, &["b"], false)).handshake_timeout(Duration::from_millis(300)));
+    // Half a ClientHello record, then nothing.
+    let mut s = TcpStream::connect(b.local_addr()).unwrap();
+    s.write_all(&[22, 3, 1, 0, 200, 1, 0, 0]).unwrap();
+    wait_until("the stalled handshake times out", || {
+        b.handshake_stats().timed_out == 1
+    });
+    assert_eq!(b.handshake_stats().pending, 0);
+    b.shutdown();
+}
