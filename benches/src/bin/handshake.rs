@@ -5,7 +5,8 @@
 //! Figures: us_per_handshake; with GRAFT_BENCH_TLS=1, us_per_handshake_tls
 //! (the TLS 1.3 handshake with both certificates verified, then the cookie
 //! handshake inside it; each client is a fresh `Transport`, started
-//! outside the timed part).
+//! outside the timed part; us_per_handshake_transport_plain is the same
+//! loop without TLS, for comparison).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -22,14 +23,17 @@ impl Handler for Quiet {
     fn peer_down(&self, _: &PeerInfo, _: &NetError) {}
 }
 
-fn tls_bench() {
+/// Transport to transport (client threads included), over TLS or, for
+/// comparison, plain TCP.
+fn transport_bench(tls: Option<graft_net::TlsConfig>) -> f64 {
     const TLS_ROUNDS: usize = 300;
     let any = "127.0.0.1:0".parse().unwrap();
-    let (dir, tls) = graft_benches::make_tls();
+    let with = |c: NetConfig| match tls.clone() {
+        Some(t) => c.tls(t),
+        None => c,
+    };
     let server = Transport::start(
-        NetConfig::new("server@127.0.0.1", any)
-            .cookie("graftbench")
-            .tls(tls.clone()),
+        with(NetConfig::new("server@127.0.0.1", any).cookie("graftbench")),
         Arc::new(Quiet),
     )
     .expect("server");
@@ -37,9 +41,9 @@ fn tls_bench() {
     let run = |n: usize, tag: &str| {
         let mut total = 0.0;
         for i in 0..n {
-            let cfg = NetConfig::new(format!("client-{tag}-{i}@127.0.0.1"), any)
-                .cookie("graftbench")
-                .tls(tls.clone());
+            let cfg = with(
+                NetConfig::new(format!("client-{tag}-{i}@127.0.0.1"), any).cookie("graftbench"),
+            );
             let client = Transport::start(cfg, Arc::new(Quiet)).expect("client");
             let t0 = Instant::now();
             client.connect(addr).expect("handshake");
@@ -50,8 +54,16 @@ fn tls_bench() {
     };
     run(30, "warm");
     let us = run(TLS_ROUNDS, "m");
-    report("handshake", "us_per_handshake_tls", "us", us);
     server.shutdown();
+    us
+}
+
+fn tls_bench() {
+    let (dir, tls) = graft_benches::make_tls();
+    let plain = transport_bench(None);
+    let us = transport_bench(Some(tls));
+    report("handshake", "us_per_handshake_tls", "us", us);
+    report("handshake", "us_per_handshake_transport_plain", "us", plain);
     let _ = std::fs::remove_dir_all(dir);
 }
 
