@@ -224,3 +224,86 @@ fn a_stalled_tls_handshake_times_out() {
     assert_eq!(b.handshake_stats().pending, 0);
     b.shutdown();
 }
+
+/// Walks `wire` as TLS records: their content types, or `None` if it is
+/// not a sequence of whole TLS records.
+fn tls_records(wire: &[u8]) -> Option<Vec<u8>> {
+    let mut types = Vec::new();
+    let mut at = 0;
+    while at < wire.len() {
+        let h = wire.get(at..at + 5)?;
+        if !(20..=23).contains(&h[0]) || h[1] != 3 {
+            return None;
+        }
+        at += 5 + u16::from_be_bytes([h[3], h[4]]) as usize;
+        types.push(h[0]);
+    }
+    (at == wire.len()).then_some(types)
+}
+
+#[test]
+fn the_wire_is_tls_records_only_and_shows_no_names() {
+    use std::sync::{Arc, Mutex};
+    init_log();
+    let ca = ca("graft test CA");
+    let (a, _) = start(tls_node("node-alpha", tls(&ca, &["node-alpha"], false)));
+    let (b, rb) = start(tls_node("node-beta", tls(&ca, &["node-beta"], false)));
+    // A recording proxy between them.
+    let proxy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let to = b.local_addr();
+    let via = proxy.local_addr().unwrap();
+    let (up, down) = (
+        Arc::new(Mutex::new(Vec::new())),
+        Arc::new(Mutex::new(Vec::new())),
+    );
+    let (u, d) = (up.clone(), down.clone());
+    std::thread::spawn(move || {
+        let (c, _) = proxy.accept().unwrap();
+        let s = TcpStream::connect(to).unwrap();
+        let pipe = |mut from: TcpStream, mut to: TcpStream, log: Arc<Mutex<Vec<u8>>>| {
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 8192];
+                while let Ok(n) = from.read(&mut buf) {
+                    if n == 0 || to.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                    log.lock().unwrap().extend_from_slice(&buf[..n]);
+                }
+                let _ = to.shutdown(std::net::Shutdown::Both);
+            })
+        };
+        pipe(c.try_clone().unwrap(), s.try_clone().unwrap(), u);
+        pipe(s, c, d);
+    });
+    let peer = a.connect(via).unwrap();
+    a.send(peer.id, FIRST_USER_KIND, b"a secret payload")
+        .unwrap();
+    rb.wait_for("the frame", |ev| count_frames(ev) == 1);
+    a.shutdown();
+    b.shutdown();
+    // The proxy has logged whole records (a read may split one).
+    wait_until("whole records logged", || {
+        tls_records(&up.lock().unwrap()).is_some() && tls_records(&down.lock().unwrap()).is_some()
+    });
+    for (dir, wire) in [
+        ("a to b", up.lock().unwrap()),
+        ("b to a", down.lock().unwrap()),
+    ] {
+        let types = tls_records(&wire).unwrap_or_else(|| panic!("{dir}: not TLS records"));
+        assert_eq!(types[0], 22, "{dir}: starts with a handshake record");
+        assert!(types.contains(&23), "{dir}: application data");
+        for secret in [
+            &b"node-alpha"[..],
+            b"node-beta",
+            b"a secret payload",
+            b"tls-cookie",
+        ] {
+            // Certificates travel encrypted in TLS 1.3 too.
+            assert!(
+                !wire.windows(secret.len()).any(|w| w == secret),
+                "{dir}: {:?} in clear",
+                String::from_utf8_lossy(secret)
+            );
+        }
+    }
+}
