@@ -98,7 +98,7 @@ pub(crate) fn alert_text(desc: u8) -> String {
         10 => "unexpected_message",
         20 => "bad_record_mac",
         40 => "handshake_failure",
-        42 => "bad_certificate (our certificate was refused)",
+        42 => "bad_certificate (our certificate was refused: it may not name our node)",
         43 => "unsupported_certificate",
         44 => "certificate_revoked",
         45 => "certificate_expired (our certificate has expired or is not yet valid)",
@@ -273,6 +273,20 @@ impl Sealer {
 
     /// Encrypts `buf[from..]` in place and appends its tag.
     fn seal_tail(&mut self, buf: &mut Vec<u8>, from: usize) -> io::Result<()> {
+        self.seal_tail_as(buf, from, 23)
+    }
+
+    /// A TLS alert record (fatal, `desc`), for a TLS sealer.
+    pub(crate) fn tls_alert(&mut self, desc: u8) -> io::Result<Vec<u8>> {
+        let mut out = vec![21, 3, 3, 0, 2 + 1 + TAG as u8, 2, desc];
+        out[0] = 23; // the outer type of every protected TLS 1.3 record
+        self.seal_tail_as(&mut out, TLS_HEADER, 21)?;
+        Ok(out)
+    }
+
+    /// [`seal_tail`](Self::seal_tail), with the TLS inner content type
+    /// `ctype` (ignored by the other modes).
+    fn seal_tail_as(&mut self, buf: &mut Vec<u8>, from: usize, ctype: u8) -> io::Result<()> {
         if self.nonce == u64::MAX {
             return Err(io::Error::other("session nonces exhausted"));
         }
@@ -297,7 +311,7 @@ impl Sealer {
                         "TLS record limit reached (connections never rekey); reconnect",
                     ));
                 }
-                buf.push(23); // the inner content type: application data
+                buf.push(ctype); // the inner content type
                 let header: [u8; TLS_HEADER] = buf[from - TLS_HEADER..from].try_into().expect("5");
                 let tag = aead
                     .encrypt_in_place_detached(

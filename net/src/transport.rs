@@ -655,6 +655,11 @@ impl Inner {
         if let (Some(cfg), Some(up)) = (&self.cfg.tls, &tls) {
             if let Err(e) = crate::tls::check_name(cfg, &up.cert, &hello.name) {
                 Stats::bump(&self.stats.failed);
+                // Tell the initiator, in an alert: its certificate is bad.
+                let mut up = tls.expect("checked");
+                if let Ok(alert) = up.sealer.tls_alert(42) {
+                    let _ = std::io::Write::write_all(&mut p.sock.get(), &alert);
+                }
                 return log::warn!("graft-net: refusing {}@{remote}: {e}", hello.name);
             }
         }
@@ -957,9 +962,17 @@ impl Inner {
         self.track(token, &stream)?;
         let res = match &self.cfg.tls {
             None => self.outbound_handshake(&mut stream, None, token, deadline, patience),
-            Some(cfg) => crate::tls::connect(&mut stream, cfg, deadline).and_then(|up| {
-                self.outbound_handshake(&mut stream, Some(up), token, deadline, patience)
-            }),
+            Some(cfg) => crate::tls::connect(&mut stream, cfg, deadline)
+                .and_then(|up| {
+                    self.outbound_handshake(&mut stream, Some(up), token, deadline, patience)
+                })
+                .map_err(|e| match e {
+                    // An alert of the peer, read in the cookie handshake.
+                    NetError::Io(io) if io.kind() == io::ErrorKind::ConnectionAborted => {
+                        NetError::Handshake(format!("TLS: {io}"))
+                    }
+                    e => e,
+                }),
         };
         self.untrack(token);
         if res.is_err() && self.state.lock().closed {

@@ -64,6 +64,7 @@ fn refused(from: NetConfig, to: NetConfig) -> String {
     assert!(rb.ups().is_empty());
     a.shutdown();
     b.shutdown();
+    eprintln!("refused: {err}");
     err.to_string()
 }
 
@@ -147,6 +148,12 @@ fn a_certificate_naming_another_node_is_refused() {
         tls_node("b", tls(&ca, &["c"], false)),
     );
     assert!(e.contains("name mismatch") && e.contains("\"b\""), "{e}");
+    // a's certificate names "z": b refuses it, and says so in an alert.
+    let e = refused(
+        tls_node("a", tls(&ca, &["z"], false)),
+        tls_node("b", tls(&ca, &["b"], false)),
+    );
+    assert!(e.contains("bad_certificate"), "{e}");
     // Without name checks the same pair connects.
     init_log();
     let (a, _) = start(tls_node(
