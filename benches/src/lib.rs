@@ -7,6 +7,13 @@
 /// ```
 pub fn report(bench: &str, metric: &str, unit: &str, value: f64) {
     use std::io::Write;
+    // GRAFT_BENCH_TLS=1: the distributed benches are their `_tls` twins.
+    let tls = bench.starts_with("dist_") && tls_wanted();
+    let bench = &if tls {
+        format!("{bench}_tls")
+    } else {
+        bench.to_string()
+    };
     // A reader that went away (`| head -1`) is not the bench failing.
     let _ = writeln!(
         std::io::stdout(),
@@ -24,6 +31,46 @@ pub fn rss_bytes() -> i64 {
         .map_or(0, |kb| kb * 1024)
 }
 
+fn tls_wanted() -> bool {
+    std::env::var_os("GRAFT_BENCH_TLS").is_some_and(|v| v == "1")
+}
+
+const TLS_DIR_ENV: &str = "GRAFT_BENCH_TLS_DIR";
+
+/// Certificates for a TLS bench: a CA and one node certificate naming
+/// 127.0.0.1 (both nodes' names are `graft-…@127.0.0.1`), written to a
+/// fresh directory so that the peer process can load them.
+///
+/// ```no_run
+/// let (dir, tls) = graft_benches::make_tls();
+/// # let _ = (dir, tls);
+/// ```
+pub fn make_tls() -> (std::path::PathBuf, graft::TlsConfig) {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+    let ca_key = KeyPair::generate().expect("a CA key");
+    let mut ca = CertificateParams::new(Vec::<String>::new()).expect("CA params");
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_der = ca.self_signed(&ca_key).expect("CA").der().to_vec();
+    let key = KeyPair::generate().expect("a key");
+    let leaf = CertificateParams::new(vec!["127.0.0.1".to_string()])
+        .expect("params")
+        .signed_by(&key, &Issuer::from_params(&ca, &ca_key))
+        .expect("a node certificate");
+    let dir = std::env::temp_dir().join(format!("graft-bench-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temp dir");
+    std::fs::write(dir.join("ca.der"), &ca_der).expect("write");
+    std::fs::write(dir.join("node.der"), leaf.der()).expect("write");
+    std::fs::write(dir.join("node.key"), key.serialize_der()).expect("write");
+    let tls = load_tls(&dir);
+    (dir, tls)
+}
+
+fn load_tls(dir: &std::path::Path) -> graft::TlsConfig {
+    let r = |f: &str| std::fs::read(dir.join(f)).expect("a bench certificate file");
+    graft::TlsConfig::new(vec![r("node.der")], r("node.key"), vec![r("ca.der")])
+        .expect("a TLS configuration")
+}
+
 /// For the distributed benches: this program started again as a second OS
 /// process, running a plain node (the peer), connected to a node here.
 ///
@@ -37,10 +84,25 @@ pub fn with_peer<R>(f: impl FnOnce(&graft::Node, graft::NodeId) -> R) -> R {
     const PEER_ENV: &str = "GRAFT_BENCH_PEER";
     // GRAFT_BENCH_ENCRYPT=1: the same bench with encrypted distribution.
     let encrypt = std::env::var_os("GRAFT_BENCH_ENCRYPT").is_some_and(|v| v == "1");
+    let tls = if let Some(dir) = std::env::var_os(TLS_DIR_ENV) {
+        Some((
+            std::path::PathBuf::from(dir.clone()),
+            load_tls(dir.as_ref()),
+        ))
+    } else if tls_wanted() {
+        Some(make_tls())
+    } else {
+        None
+    };
+    let tls_cfg = tls.as_ref().map(|t| t.1.clone());
     let config = move || {
-        graft::NodeConfig::new("127.0.0.1:0")
+        let c = graft::NodeConfig::new("127.0.0.1:0")
             .cookie("graftbench")
-            .encrypt(encrypt)
+            .encrypt(encrypt);
+        match tls_cfg.clone() {
+            Some(t) => c.tls(t),
+            None => c,
+        }
     };
     if std::env::var_os(PEER_ENV).is_some() {
         let node = graft::Node::start(config()).expect("peer node");
@@ -52,7 +114,11 @@ pub fn with_peer<R>(f: impl FnOnce(&graft::Node, graft::NodeId) -> R) -> R {
         std::process::exit(0);
     }
     let exe = std::env::current_exe().expect("current exe");
-    let mut child = std::process::Command::new(exe)
+    let mut cmd = std::process::Command::new(exe);
+    if let Some((dir, _)) = &tls {
+        cmd.env(TLS_DIR_ENV, dir);
+    }
+    let mut child = cmd
         .env(PEER_ENV, "1")
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
@@ -74,5 +140,8 @@ pub fn with_peer<R>(f: impl FnOnce(&graft::Node, graft::NodeId) -> R) -> R {
     node.shutdown();
     drop(child.stdin.take());
     let _ = child.wait();
+    if let Some((dir, _)) = tls {
+        let _ = std::fs::remove_dir_all(dir);
+    }
     r
 }

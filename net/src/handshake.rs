@@ -51,8 +51,7 @@
 //! address (u16 length + `SocketAddr` text), big-endian. Handshake frames are never compressed and at most
 //! [`MAX_HANDSHAKE_FRAME`] bytes.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::time::Instant;
 
 use crate::frame::{self, kind, HEADER_LEN};
@@ -663,12 +662,12 @@ fn at(e: NetError, remote: &str) -> NetError {
 /// it returns `false` when another connection to the same node is already
 /// up or in progress, and this one should be dropped.
 pub(crate) fn initiate(
-    s: &mut TcpStream,
+    s: &mut impl crate::tls::HsStream,
     me: &Identity,
     deadline: Instant,
     register: impl FnOnce(&Hello) -> Result<bool, NetError>,
 ) -> Result<(Outcome, Session, Vec<u8>), NetError> {
-    let remote = s.peer_addr().map(|a| a.to_string()).unwrap_or_default();
+    let remote = s.peer_name();
     let mut hs = Handshake::initiator(me)?;
     let mut register = Some(register);
     let mut buf = [0u8; 2048];
@@ -732,6 +731,7 @@ pub(crate) fn initiate(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Read;
 
     fn id(name: &str, cookie: &str) -> Identity {
         Identity {

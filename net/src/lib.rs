@@ -88,6 +88,7 @@ mod pending;
 mod poll;
 mod raw;
 mod session;
+mod tls;
 mod transport;
 
 pub use config::NetConfig;
@@ -97,4 +98,5 @@ pub use frame::FIRST_USER_KIND;
 pub use peer::{Handler, PeerId, PeerInfo};
 pub use pending::HandshakeStats;
 pub use raw::RawClient;
+pub use tls::TlsConfig;
 pub use transport::{PeerSender, Transport};

@@ -82,6 +82,9 @@ pub(crate) struct Pending {
     /// Created when the first bytes arrive (an idle socket costs only its
     /// descriptor and this entry).
     pub(crate) hs: Option<Handshake>,
+    /// With TLS: the TLS handshake, then the records the cookie handshake
+    /// travels in.
+    pub(crate) tls: Option<crate::tls::PendingTls>,
 }
 
 /// What driving a pending connection came to.
@@ -113,8 +116,28 @@ impl Pending {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Driven::Failed(e.into()),
             };
+            let plain;
+            let data = match self.tls.as_mut() {
+                None => &buf[..n],
+                Some(tls) => {
+                    let (out, r) = tls.feed(&buf[..n]);
+                    if !out.is_empty() {
+                        if let Err(e) = self.write(&out) {
+                            return Driven::Failed(e);
+                        }
+                    }
+                    match r {
+                        Ok(p) if p.is_empty() => continue,
+                        Ok(p) => {
+                            plain = p;
+                            &plain[..]
+                        }
+                        Err(e) => return Driven::Failed(e),
+                    }
+                }
+            };
             let hs = self.hs.get_or_insert_with(|| Handshake::acceptor(me));
-            let step = hs.feed(&buf[..n]);
+            let step = hs.feed(data);
             if let Err(e) = self.flush() {
                 return Driven::Failed(e);
             }
@@ -141,8 +164,15 @@ impl Pending {
         if !hs.has_output() {
             return Ok(());
         }
-        let out = hs.take_output();
-        match (&mut self.sock.get()).write(&out) {
+        let mut out = hs.take_output();
+        if let Some(tls) = self.tls.as_mut() {
+            out = tls.seal(&out)?;
+        }
+        self.write(&out)
+    }
+
+    fn write(&mut self, out: &[u8]) -> Result<(), NetError> {
+        match (&mut self.sock.get()).write(out) {
             Ok(n) if n == out.len() => Ok(()),
             Ok(_) => Err(NetError::Handshake("the peer does not read".into())),
             Err(e) => Err(e.into()),

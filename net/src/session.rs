@@ -69,6 +69,50 @@ enum Protect {
     /// BLAKE3 keyed with this key, over the nonce and the plaintext, the
     /// tag truncated to 16 bytes: authenticated, not encrypted.
     Mac([u8; 32]),
+    /// TLS 1.3 application-data records (RFC 8446 section 5.2): a 5-byte
+    /// header `23, 3, 3, length`, AES-256-GCM with nonce = iv XOR the
+    /// sequence number and the header as associated data, the inner
+    /// content type after the plaintext. Keys extracted from rustls.
+    Tls(Box<Aes256Gcm>, [u8; 12]),
+}
+
+/// TLS records: header length, largest plaintext, and the sequence number
+/// at which a connection is dropped (it never rekeys; RFC 8446 5.5 allows
+/// AES-GCM 2^24.5 records per key).
+pub(crate) const TLS_HEADER: usize = 5;
+const TLS_MAX_PLAIN: usize = 1 << 14;
+pub(crate) const TLS_MAX_SEQ: u64 = 1 << 24;
+
+fn tls_nonce(iv: &[u8; 12], seq: u64) -> aes_gcm::Nonce<aes_gcm::aead::consts::U12> {
+    let mut b = *iv;
+    for (x, y) in b[4..].iter_mut().zip(seq.to_be_bytes()) {
+        *x ^= y;
+    }
+    b.into()
+}
+
+/// A TLS alert's description, in words.
+pub(crate) fn alert_text(desc: u8) -> String {
+    let what = match desc {
+        0 => "close_notify",
+        10 => "unexpected_message",
+        20 => "bad_record_mac",
+        40 => "handshake_failure",
+        42 => "bad_certificate (our certificate was refused: it may not name our node)",
+        43 => "unsupported_certificate",
+        44 => "certificate_revoked",
+        45 => "certificate_expired (our certificate has expired or is not yet valid)",
+        46 => "certificate_unknown (our certificate was refused)",
+        47 => "illegal_parameter",
+        48 => "unknown_ca (our certificate is not signed by the peer's CA)",
+        50 => "decode_error",
+        51 => "decrypt_error",
+        70 => "protocol_version (the peer requires another TLS version)",
+        80 => "internal_error",
+        116 => "certificate_required",
+        _ => "unknown alert",
+    };
+    format!("the peer sent TLS alert {desc}: {what}")
 }
 
 impl Protect {
@@ -88,6 +132,79 @@ fn mac(key: &[u8; 32], nonce: u64, data: &[u8]) -> [u8; TAG] {
     let mut tag = [0u8; TAG];
     tag.copy_from_slice(&h.finalize().as_bytes()[..TAG]);
     tag
+}
+
+impl Sealer {
+    /// A sealer writing TLS 1.3 records with AES-256-GCM `key`, `iv`, from
+    /// sequence number `seq` (as rustls's extracted secrets give them).
+    pub(crate) fn tls(key: &[u8; 32], iv: [u8; 12], seq: u64) -> Sealer {
+        Sealer {
+            aead: Protect::Tls(Box::new(Aes256Gcm::new(key.into())), iv),
+            nonce: seq,
+        }
+    }
+}
+
+impl Opener {
+    /// An opener of TLS 1.3 records (see [`Sealer::tls`]).
+    pub(crate) fn tls(key: &[u8; 32], iv: [u8; 12], seq: u64) -> Opener {
+        Opener {
+            aead: Protect::Tls(Box::new(Aes256Gcm::new(key.into())), iv),
+            nonce: seq,
+        }
+    }
+
+    fn header(&self) -> usize {
+        match self.aead {
+            Protect::Tls(..) => TLS_HEADER,
+            _ => 2,
+        }
+    }
+
+    /// Opens every complete record at the front of `raw` (removing them)
+    /// and returns their plaintext; a partial record stays.
+    pub(crate) fn open_available(&mut self, raw: &mut Vec<u8>) -> io::Result<Vec<u8>> {
+        let mut plain = Vec::new();
+        let mut at = 0;
+        while let Some(len) = record_len(self.header(), &raw[at..])? {
+            let rec = &raw[at..at + len];
+            let mut out = vec![0; rec.len()];
+            let n = self.open(rec, &mut out)?;
+            plain.extend_from_slice(&out[..n]);
+            at += len;
+        }
+        raw.drain(..at);
+        Ok(plain)
+    }
+}
+
+/// The whole length (header included) of the complete record at the front
+/// of `raw`, if there is one.
+fn record_len(header: usize, raw: &[u8]) -> io::Result<Option<usize>> {
+    let bad = |m: &str| Err(io::Error::new(io::ErrorKind::InvalidData, m.to_owned()));
+    if raw.len() < header {
+        return Ok(None);
+    }
+    let len = if header == TLS_HEADER {
+        if raw[0] != 23 && raw[0] != 21 {
+            return bad("not a TLS application-data record");
+        }
+        if raw[1] != 3 || raw[2] != 3 {
+            return bad("a TLS record with a wrong version");
+        }
+        let len = u16::from_be_bytes([raw[3], raw[4]]) as usize;
+        if !(TAG + 1..=TLS_MAX_PLAIN + 256).contains(&len) {
+            return bad("a TLS record of an impossible length");
+        }
+        len
+    } else {
+        let len = u16::from_be_bytes([raw[0], raw[1]]) as usize;
+        if len < TAG {
+            return bad("a record shorter than its tag");
+        }
+        len
+    };
+    Ok((raw.len() >= header + len).then_some(header + len))
 }
 
 impl Session {
@@ -117,7 +234,10 @@ impl Session {
     /// Opens one message; `None` if it is not authentic.
     pub(crate) fn open_message(&mut self, ct: &[u8]) -> Option<Vec<u8>> {
         let mut out = vec![0; ct.len().checked_sub(TAG)?];
-        let n = self.opener.open(ct, &mut out).ok()?;
+        let mut rec = Vec::with_capacity(ct.len() + 2);
+        rec.extend_from_slice(&[0, 0]);
+        rec.extend_from_slice(ct);
+        let n = self.opener.open(&rec, &mut out).ok()?;
         out.truncate(n);
         Some(out)
     }
@@ -153,6 +273,20 @@ impl Sealer {
 
     /// Encrypts `buf[from..]` in place and appends its tag.
     fn seal_tail(&mut self, buf: &mut Vec<u8>, from: usize) -> io::Result<()> {
+        self.seal_tail_as(buf, from, 23)
+    }
+
+    /// A TLS alert record (fatal, `desc`), for a TLS sealer.
+    pub(crate) fn tls_alert(&mut self, desc: u8) -> io::Result<Vec<u8>> {
+        let mut out = vec![21, 3, 3, 0, 2 + 1 + TAG as u8, 2, desc];
+        out[0] = 23; // the outer type of every protected TLS 1.3 record
+        self.seal_tail_as(&mut out, TLS_HEADER, 21)?;
+        Ok(out)
+    }
+
+    /// [`seal_tail`](Self::seal_tail), with the TLS inner content type
+    /// `ctype` (ignored by the other modes).
+    fn seal_tail_as(&mut self, buf: &mut Vec<u8>, from: usize, ctype: u8) -> io::Result<()> {
         if self.nonce == u64::MAX {
             return Err(io::Error::other("session nonces exhausted"));
         }
@@ -167,6 +301,27 @@ impl Sealer {
                 let tag = mac(key, self.nonce, &buf[from..]);
                 buf.extend_from_slice(&tag);
             }
+            Protect::Tls(aead, iv) => {
+                // `buf[from - 5..from]` is the header, already written.
+                if from < TLS_HEADER {
+                    return Err(io::Error::other("a TLS record without its header"));
+                }
+                if self.nonce >= TLS_MAX_SEQ {
+                    return Err(io::Error::other(
+                        "TLS record limit reached (connections never rekey); reconnect",
+                    ));
+                }
+                buf.push(ctype); // the inner content type
+                let header: [u8; TLS_HEADER] = buf[from - TLS_HEADER..from].try_into().expect("5");
+                let tag = aead
+                    .encrypt_in_place_detached(
+                        &tls_nonce(iv, self.nonce),
+                        &header,
+                        &mut buf[from..],
+                    )
+                    .map_err(|_| io::Error::other("sealing a record failed"))?;
+                buf.extend_from_slice(&tag);
+            }
         }
         self.nonce += 1;
         Ok(())
@@ -174,6 +329,17 @@ impl Sealer {
 
     /// Appends `plain`, sealed, to `out` (one record per 64 KiB).
     pub(crate) fn seal(&mut self, plain: &[u8], out: &mut Vec<u8>) -> io::Result<()> {
+        if matches!(self.aead, Protect::Tls(..)) {
+            out.reserve(plain.len() + plain.len().div_ceil(TLS_MAX_PLAIN).max(1) * 22);
+            for chunk in plain.chunks(TLS_MAX_PLAIN) {
+                out.extend_from_slice(&[23, 3, 3]);
+                out.extend_from_slice(&((chunk.len() + 1 + TAG) as u16).to_be_bytes());
+                let at = out.len();
+                out.extend_from_slice(chunk);
+                self.seal_tail(out, at)?;
+            }
+            return Ok(());
+        }
         out.reserve(plain.len() + plain.len().div_ceil(MAX_PLAIN).max(1) * (TAG + 2));
         for chunk in plain.chunks(MAX_PLAIN) {
             out.extend_from_slice(&((chunk.len() + TAG) as u16).to_be_bytes());
@@ -200,15 +366,46 @@ impl std::fmt::Debug for Opener {
 }
 
 impl Opener {
-    /// Opens one record's ciphertext into `out` (at least `ct.len() - TAG`
-    /// long); returns the plaintext's length.
-    fn open(&mut self, ct: &[u8], out: &mut [u8]) -> io::Result<usize> {
+    /// Opens one whole record (header included) into `out` (at least
+    /// `record.len() - TAG` long); returns the plaintext's length.
+    fn open(&mut self, record: &[u8], out: &mut [u8]) -> io::Result<usize> {
         let bad = || {
             io::Error::new(
                 io::ErrorKind::InvalidData,
                 "a record failed authentication (forged, replayed or corrupt)",
             )
         };
+        if let Protect::Tls(aead, iv) = &self.aead {
+            if self.nonce >= TLS_MAX_SEQ {
+                return Err(io::Error::other(
+                    "TLS record limit reached (connections never rekey); reconnect",
+                ));
+            }
+            let (header, ct) = record.split_at(TLS_HEADER);
+            let n = ct.len().checked_sub(TAG).ok_or_else(bad)?;
+            let out = &mut out[..n];
+            out.copy_from_slice(&ct[..n]);
+            let tag = aes_gcm::Tag::<aes_gcm::aead::consts::U16>::from_slice(&ct[n..]);
+            aead.decrypt_in_place_detached(&tls_nonce(iv, self.nonce), header, out, tag)
+                .map_err(|_| bad())?;
+            self.nonce += 1;
+            // Strip the padding, then the inner content type.
+            let Some(end) = out.iter().rposition(|&b| b != 0) else {
+                return Err(bad());
+            };
+            return match out[end] {
+                23 => Ok(end),
+                21 if end >= 2 => Err(io::Error::new(
+                    io::ErrorKind::ConnectionAborted,
+                    alert_text(out[1]),
+                )),
+                t => Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("an unexpected TLS record (content type {t}; key updates are not supported)"),
+                )),
+            };
+        }
+        let ct = &record[2..];
         let n = ct.len().checked_sub(TAG).ok_or_else(bad)?;
         let out = &mut out[..n];
         match &self.aead {
@@ -229,6 +426,7 @@ impl Opener {
                 }
                 out.copy_from_slice(&ct[..n]);
             }
+            Protect::Tls(..) => return Err(bad()), // opened above
         }
         self.nonce += 1;
         Ok(n)
@@ -273,18 +471,14 @@ impl<R: Read> SealedReader<R> {
 
     /// The length of the complete record at `raw[start..]`, if there is one.
     fn complete(&self) -> io::Result<Option<usize>> {
-        let avail = self.end - self.start;
-        if avail < 2 {
-            return Ok(None);
-        }
-        let len = u16::from_be_bytes([self.raw[self.start], self.raw[self.start + 1]]) as usize;
-        if len < TAG {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "a record shorter than its tag",
-            ));
-        }
-        Ok((avail >= 2 + len).then_some(len))
+        record_len(self.opener.header(), &self.raw[self.start..self.end])
+    }
+
+    /// Plaintext already opened (by the handshake) to hand out first.
+    pub(crate) fn with_plain(mut self, plain: Vec<u8>) -> Self {
+        self.plain = plain;
+        self.pos = 0;
+        self
     }
 }
 
@@ -302,7 +496,7 @@ impl<R: Read> Read for SealedReader<R> {
             }
             if let Some(len) = self.complete()? {
                 if out.len() < len {
-                    let ct = self.start + 2..self.start + 2 + len;
+                    let ct = self.start..self.start + len;
                     self.start = ct.end;
                     self.plain.resize(len, 0);
                     let n = self.opener.open(&self.raw[ct], &mut self.plain)?;
@@ -316,7 +510,7 @@ impl<R: Read> Read for SealedReader<R> {
                     if out.len() - n < len {
                         break;
                     }
-                    let ct = self.start + 2..self.start + 2 + len;
+                    let ct = self.start..self.start + len;
                     match self.opener.open(&self.raw[ct.clone()], &mut out[n..]) {
                         Ok(m) => n += m,
                         // Hand out what opened; the bad record fails the
@@ -514,7 +708,7 @@ mod tests {
         for _ in 0..n {
             wire.clear();
             seal.seal(&msg, &mut wire).unwrap();
-            open.open(&wire[2..], &mut out).unwrap();
+            open.open(&wire, &mut out).unwrap();
         }
         eprintln!(
             "{:.0} ns per 48-byte seal+open",

@@ -79,6 +79,7 @@ use crate::handshake::{self, Handshake, Hello, Identity, Outcome};
 use crate::pending::{Driven, HandshakeStats, Pending, Stats};
 use crate::poll::{Events, Poller};
 use crate::session::{SealedReader, Sealer};
+use crate::tls::{PendingTls, TlsHandshake, TlsIo, TlsUp};
 use crate::{Handler, NetConfig, NetError, PeerId, PeerInfo};
 
 /// A running transport: a listening socket and a set of authenticated peers.
@@ -171,6 +172,10 @@ enum Slot {
 }
 
 /// A new connection, or the one that was there already.
+/// What an accepted connection's reader starts from: the opener, bytes
+/// received past the handshake, plaintext already opened.
+type InboundReader = (crate::session::Opener, Vec<u8>, Vec<u8>);
+
 enum Connected {
     New(Arc<Conn>, Reader),
     Existing(PeerInfo),
@@ -603,6 +608,14 @@ impl Inner {
                 drop(sock);
                 continue;
             }
+            let tls = match self.cfg.tls.as_ref().map(TlsHandshake::server) {
+                None => None,
+                Some(Ok(hs)) => Some(PendingTls::Handshaking(Box::new(hs))),
+                Some(Err(e)) => {
+                    log::warn!("graft-net: {e}");
+                    continue;
+                }
+            };
             let stream = TcpStream::from(sock);
             let registered = stream
                 .set_nonblocking(true)
@@ -617,6 +630,7 @@ impl Inner {
                             remote,
                             deadline: Instant::now() + self.cfg.handshake_timeout,
                             hs: None,
+                            tls,
                         },
                     );
                     *next_key += 1;
@@ -633,8 +647,24 @@ impl Inner {
     /// the verdict, and the peer's threads.
     fn decided(self: &Arc<Self>, mut p: Pending, hello: Hello) {
         let remote = p.remote;
+        let tls = match p.tls.take() {
+            None => None,
+            Some(PendingTls::Up(up)) => Some(up),
+            Some(_) => unreachable!("decided before the TLS handshake finished"),
+        };
+        if let (Some(cfg), Some(up)) = (&self.cfg.tls, &tls) {
+            if let Err(e) = crate::tls::check_name(cfg, &up.cert, &hello.name) {
+                Stats::bump(&self.stats.failed);
+                // Tell the initiator, in an alert: its certificate is bad.
+                let mut up = tls.expect("checked");
+                if let Ok(alert) = up.sealer.tls_alert(42) {
+                    let _ = std::io::Write::write_all(&mut p.sock.get(), &alert);
+                }
+                return log::warn!("graft-net: refusing {}@{remote}: {e}", hello.name);
+            }
+        }
         let hs = p.hs.as_mut().expect("a handshake");
-        let decision = self.commit_inbound(&hello, p.sock.get(), hs);
+        let decision = self.commit_inbound(&hello, p.sock.get(), hs, tls);
         let sent = p.flush();
         let stream = p.sock.into_inner();
         let (conn, reader) = match (decision, sent) {
@@ -668,7 +698,7 @@ impl Inner {
         }
         let (c, me) = (conn.clone(), self.clone());
         let reader = Reader {
-            src: SealedReader::new(stream, reader.0, &reader.1),
+            src: SealedReader::new(stream, reader.0, &reader.1).with_plain(reader.2),
             dec: Decoder::new(READ_BUF, self.cfg.max_frame),
         };
         let started = self.spawn("graft-net-rd", move || {
@@ -831,7 +861,8 @@ impl Inner {
         hello: &Hello,
         stream: &TcpStream,
         hs: &mut Handshake,
-    ) -> Result<Option<(Arc<Conn>, (crate::session::Opener, Vec<u8>))>, NetError> {
+        tls: Option<Box<TlsUp>>,
+    ) -> Result<Option<(Arc<Conn>, InboundReader)>, NetError> {
         let mut st = self.state.lock();
         if st.closed {
             return Err(NetError::Shutdown);
@@ -842,11 +873,28 @@ impl Inner {
             Some(Slot::Up(old)) => old.info.creation != hello.creation || old.is_closed(),
         };
         hs.verdict(keep)?;
+        let mut tls = tls;
+        if let Some(up) = tls.as_mut() {
+            // The verdict goes in a TLS record, before the sealer moves
+            // to the writer.
+            let mut wire = Vec::new();
+            up.sealer.seal(&hs.take_output(), &mut wire)?;
+            std::io::Write::write_all(&mut &*stream, &wire)?;
+        }
         if !keep {
             return Ok(None);
         }
         let (session, rest) = hs.take_session();
-        let (sealer, opener) = session.split();
+        let (sealer, opener, raw, plain) = match tls {
+            None => {
+                let (s, o) = session.split();
+                (s, o, rest, Vec::new())
+            }
+            Some(up) => {
+                let up = *up;
+                (up.sealer, up.opener, up.raw, rest)
+            }
+        };
         let conn = self.new_conn(hello, stream, sealer)?;
         let replaced = self.install(&mut st, &conn);
         drop(st);
@@ -854,7 +902,7 @@ impl Inner {
         if let Some(old) = replaced {
             old.close(NetError::Replaced);
         }
-        Ok(Some((conn, (opener, rest))))
+        Ok(Some((conn, (opener, raw, plain))))
     }
 
     // ---- outbound ----
@@ -912,7 +960,20 @@ impl Inner {
         stream.set_write_timeout(Some(timeout))?;
         let token = self.next_id();
         self.track(token, &stream)?;
-        let res = self.outbound_handshake(&mut stream, token, deadline, patience);
+        let res = match &self.cfg.tls {
+            None => self.outbound_handshake(&mut stream, None, token, deadline, patience),
+            Some(cfg) => crate::tls::connect(&mut stream, cfg, deadline)
+                .and_then(|up| {
+                    self.outbound_handshake(&mut stream, Some(up), token, deadline, patience)
+                })
+                .map_err(|e| match e {
+                    // An alert of the peer, read in the cookie handshake.
+                    NetError::Io(io) if io.kind() == io::ErrorKind::ConnectionAborted => {
+                        NetError::Handshake(format!("TLS: {io}"))
+                    }
+                    e => e,
+                }),
+        };
         self.untrack(token);
         if res.is_err() && self.state.lock().closed {
             return Err(NetError::Shutdown);
@@ -939,26 +1000,49 @@ impl Inner {
     fn outbound_handshake(
         &self,
         stream: &mut TcpStream,
+        tls: Option<TlsUp>,
         token: u64,
         deadline: Instant,
         patience: Duration,
     ) -> Result<Connected, NetError> {
         let mut registered = None;
-        let outcome = handshake::initiate(stream, &self.me, deadline, |h| {
+        let cert = tls.as_ref().map(|up| up.cert.clone());
+        let register = |h: &Hello| {
+            if let (Some(cfg), Some(cert)) = (&self.cfg.tls, &cert) {
+                crate::tls::check_name(cfg, cert, &h.name)?;
+            }
             let ok = self.register_outbound(token, h)?;
             if ok {
                 registered = Some(h.name.clone());
             }
             Ok(ok)
-        });
+        };
+        let mut tio = match tls {
+            Some(up) => Some(TlsIo::new(stream.try_clone()?, up)),
+            None => None,
+        };
+        let outcome = match tio.as_mut() {
+            Some(io) => handshake::initiate(io, &self.me, deadline, register),
+            None => handshake::initiate(stream, &self.me, deadline, register),
+        };
         let mut opened = None;
         let res = match outcome {
             Ok((Outcome::Up(hello), session, rest)) => self
                 .configure(stream, &hello)
                 .map_err(NetError::from)
                 .and_then(|()| {
-                    let (sealer, opener) = session.split();
-                    opened = Some((opener, rest));
+                    let (sealer, opener, raw, plain) = match tio.take() {
+                        None => {
+                            let (s, o) = session.split();
+                            (s, o, rest, Vec::new())
+                        }
+                        Some(mut io) => {
+                            let mut plain = rest;
+                            plain.append(&mut io.plain);
+                            (io.up.sealer, io.up.opener, io.up.raw, plain)
+                        }
+                    };
+                    opened = Some((opener, raw, plain));
                     self.commit_outbound(token, &hello, stream, sealer)
                 }),
             Ok((Outcome::Duplicate(hello), _, _)) => {
@@ -977,9 +1061,9 @@ impl Inner {
         };
         match res {
             Ok(conn) => {
-                let (opener, rest) = opened.expect("the session");
+                let (opener, raw, plain) = opened.expect("the session");
                 let reader = Reader {
-                    src: SealedReader::new(stream.try_clone()?, opener, &rest),
+                    src: SealedReader::new(stream.try_clone()?, opener, &raw).with_plain(plain),
                     dec: Decoder::new(READ_BUF, self.cfg.max_frame),
                 };
                 Ok(Connected::New(conn, reader))

@@ -150,6 +150,7 @@ pub use exit::{ExitReason, ExitSignal, ProcessDied};
 pub use future::{promise, Future, Promise, PromiseDropped, WaitTimeoutError};
 pub use generator::{Generator, GeneratorState, Yielder};
 pub use graft_derive::Mobile;
+pub use graft_net::TlsConfig;
 pub use graph::Mobile;
 pub use hibernate::hibernate;
 pub use limits::{dropped_messages, Overflow};

@@ -71,6 +71,7 @@ pub struct NodeConfig {
     pub(crate) long_schedule: Duration,
     pub(crate) max_spare_workers: Option<usize>,
     pub(crate) busy_dist_limit: usize,
+    pub(crate) tls: Option<graft_net::TlsConfig>,
 }
 
 impl NodeConfig {
@@ -94,6 +95,7 @@ impl NodeConfig {
             long_schedule: Duration::from_millis(10),
             max_spare_workers: None,
             busy_dist_limit: 1 << 20,
+            tls: None,
         }
     }
     /// The node's name, `name@host` (its [`NodeId`] is a hash of it, and it
@@ -217,6 +219,22 @@ impl NodeConfig {
     /// ```
     pub fn encrypt(mut self, on: bool) -> NodeConfig {
         self.encrypt = on;
+        self
+    }
+    /// Run distribution over TLS 1.3 (as Erlang's `inet_tls_dist`): both
+    /// nodes of every connection present a certificate of the cluster's
+    /// CA naming them (a SAN equal to the node name, or to the host of a
+    /// `name@host` name), the cookie handshake runs inside TLS. Plain TCP
+    /// is the default; a TLS node and a plain one refuse each other. See
+    /// [`TlsConfig`](graft_net::TlsConfig) and `docs/security.md`.
+    ///
+    /// ```no_run
+    /// # let tls: graft_net::TlsConfig = unimplemented!();
+    /// let cfg = graft::NodeConfig::new("127.0.0.1:0").tls(tls);
+    /// # let _ = cfg;
+    /// ```
+    pub fn tls(mut self, tls: graft_net::TlsConfig) -> NodeConfig {
+        self.tls = Some(tls);
         self
     }
     /// The configured number of workers.
@@ -770,6 +788,9 @@ impl Node {
             net = net.handshake_timeout(t);
         }
         net = net.encrypt(config.encrypt);
+        if let Some(tls) = config.tls.clone() {
+            net = net.tls(tls);
+        }
         let handler = Arc::new(NetHandler {
             node: Arc::downgrade(&shared),
         });

@@ -1,0 +1,316 @@
+//! TLS distribution at the transport level: certificates made in the test
+//! (rcgen); a good pair exchanges frames in real TLS 1.3 records; a wrong
+//! CA, an expired certificate, a name mismatch and plain TCP against TLS
+//! are each refused, the connecting side's error saying which.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use common::*;
+use graft_net::{NetConfig, TlsConfig, FIRST_USER_KIND};
+use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
+
+struct Ca {
+    params: CertificateParams,
+    key: KeyPair,
+    der: Vec<u8>,
+}
+
+fn ca(name: &str) -> Ca {
+    let key = KeyPair::generate().unwrap();
+    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.distinguished_name.push(DnType::CommonName, name);
+    params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    let der = params.self_signed(&key).unwrap().der().to_vec();
+    Ca { params, key, der }
+}
+
+/// A node certificate of `ca` for the subject alternative names `sans`;
+/// `expired`: valid only in 2000.
+fn leaf(ca: &Ca, sans: &[&str], expired: bool) -> (Vec<u8>, Vec<u8>) {
+    let key = KeyPair::generate().unwrap();
+    let mut params =
+        CertificateParams::new(sans.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap();
+    if expired {
+        params.not_before = rcgen::date_time_ymd(2000, 1, 1);
+        params.not_after = rcgen::date_time_ymd(2000, 12, 31);
+    }
+    let issuer = Issuer::from_params(&ca.params, &ca.key);
+    let cert = params.signed_by(&key, &issuer).unwrap();
+    (cert.der().to_vec(), key.serialize_der())
+}
+
+fn tls(ca: &Ca, sans: &[&str], expired: bool) -> TlsConfig {
+    let (cert, key) = leaf(ca, sans, expired);
+    TlsConfig::new(vec![cert], key, vec![ca.der.clone()]).unwrap()
+}
+
+fn tls_node(name: &str, t: TlsConfig) -> NetConfig {
+    config(name, "tls-cookie")
+        .tls(t)
+        .connect_timeout(Duration::from_secs(10))
+}
+
+fn refused(from: NetConfig, to: NetConfig) -> String {
+    init_log();
+    let (a, _ra) = start(from);
+    let (b, rb) = start(to);
+    let err = a.connect(b.local_addr()).expect_err("refused");
+    assert!(a.peers().is_empty() && b.peers().is_empty());
+    assert!(rb.ups().is_empty());
+    a.shutdown();
+    b.shutdown();
+    eprintln!("refused: {err}");
+    err.to_string()
+}
+
+#[test]
+fn two_tls_nodes_exchange_frames_in_tls_records() {
+    init_log();
+    let ca = ca("graft test CA");
+    let (a, ra) = start(tls_node("a", tls(&ca, &["a"], false)));
+    let (b, rb) = start(tls_node("b", tls(&ca, &["b"], false)));
+    let peer = a.connect(b.local_addr()).unwrap();
+    assert_eq!(peer.name, "b");
+    for i in 0..200u32 {
+        a.send(peer.id, FIRST_USER_KIND, &i.to_le_bytes()).unwrap();
+    }
+    // A big frame crosses several 16 KiB TLS records.
+    let big = vec![7u8; 300_000];
+    a.send(peer.id, FIRST_USER_KIND + 1, &big).unwrap();
+    rb.wait_for("all frames", |ev| count_frames(ev) == 201);
+    let frames = rb.frames_from(rb.ups()[0].id);
+    for (i, (k, p)) in frames.iter().take(200).enumerate() {
+        assert_eq!(
+            (*k, &p[..]),
+            (FIRST_USER_KIND, &(i as u32).to_le_bytes()[..])
+        );
+    }
+    assert_eq!(frames[200].1, big);
+    // And back.
+    let back = rb.ups()[0].id;
+    b.send(back, FIRST_USER_KIND, b"pong").unwrap();
+    ra.wait_for("the answer", |ev| count_frames(ev) == 1);
+    a.shutdown();
+    b.shutdown();
+}
+
+#[test]
+fn a_certificate_of_another_ca_is_refused() {
+    let (good, other) = (ca("graft test CA"), ca("someone else's CA"));
+    // The acceptor's certificate is of another CA: the connecting side
+    // refuses it itself.
+    let e = refused(
+        tls_node("a", tls(&good, &["a"], false)),
+        tls_node("b", tls_with_roots(&other, &good, "b")),
+    );
+    assert!(e.contains("unknown issuer"), "{e}");
+    // The connecting side's certificate is of another CA: the acceptor
+    // refuses it, and says so in an alert.
+    let e = refused(
+        tls_node("a", tls_with_roots(&other, &good, "a")),
+        tls_node("b", tls(&good, &["b"], false)),
+    );
+    assert!(e.contains("unknown_ca"), "{e}");
+}
+
+/// A certificate of `issuer` for `name`, trusting `trust`.
+fn tls_with_roots(issuer: &Ca, trust: &Ca, name: &str) -> TlsConfig {
+    let (cert, key) = leaf(issuer, &[name], false);
+    TlsConfig::new(vec![cert], key, vec![trust.der.clone()]).unwrap()
+}
+
+#[test]
+fn an_expired_certificate_is_refused() {
+    let ca = ca("graft test CA");
+    let e = refused(
+        tls_node("a", tls(&ca, &["a"], false)),
+        tls_node("b", tls(&ca, &["b"], true)),
+    );
+    assert!(e.contains("expired"), "{e}");
+    let e = refused(
+        tls_node("a", tls(&ca, &["a"], true)),
+        tls_node("b", tls(&ca, &["b"], false)),
+    );
+    assert!(e.contains("certificate_expired"), "{e}");
+}
+
+#[test]
+fn a_certificate_naming_another_node_is_refused() {
+    let ca = ca("graft test CA");
+    // b presents a good certificate of the CA, but for "c".
+    let e = refused(
+        tls_node("a", tls(&ca, &["a"], false)),
+        tls_node("b", tls(&ca, &["c"], false)),
+    );
+    assert!(e.contains("name mismatch") && e.contains("\"b\""), "{e}");
+    // a's certificate names "z": b refuses it, and says so in an alert.
+    let e = refused(
+        tls_node("a", tls(&ca, &["z"], false)),
+        tls_node("b", tls(&ca, &["b"], false)),
+    );
+    assert!(e.contains("bad_certificate"), "{e}");
+    // Without name checks the same pair connects.
+    init_log();
+    let (a, _) = start(tls_node(
+        "a",
+        tls(&ca, &["a"], false).verify_peer_name(false),
+    ));
+    let (b, _) = start(tls_node("b", tls(&ca, &["c"], false)));
+    a.connect(b.local_addr()).unwrap();
+    a.shutdown();
+    b.shutdown();
+    // A `name@host` node may be named by its host.
+    let (a, _) = start(tls_node("x@127.0.0.1", tls(&ca, &["127.0.0.1"], false)));
+    let (b, _) = start(tls_node("y@127.0.0.1", tls(&ca, &["127.0.0.1"], false)));
+    a.connect(b.local_addr()).unwrap();
+    a.shutdown();
+    b.shutdown();
+}
+
+#[test]
+fn plain_tcp_and_tls_refuse_each_other() {
+    let ca = ca("graft test CA");
+    let e = refused(
+        tls_node("a", tls(&ca, &["a"], false)),
+        config("b", "tls-cookie"),
+    );
+    assert!(e.contains("TLS") && e.contains("plain-TCP"), "{e}");
+    let (b, rb) = start(tls_node("b", tls(&ca, &["b"], false)));
+    let (a, _) = start(config("a", "tls-cookie"));
+    let err = a.connect(b.local_addr()).expect_err("refused");
+    assert!(rb.ups().is_empty(), "{err}");
+    wait_until("the TLS side counts a failure", || {
+        b.handshake_stats().failed >= 1
+    });
+    a.shutdown();
+    b.shutdown();
+}
+
+#[test]
+fn garbage_and_silence_against_a_tls_node_cost_only_a_slot() {
+    init_log();
+    let ca = ca("graft test CA");
+    let (b, rb) = start(tls_node("b", tls(&ca, &["b"], false).clone()));
+    // A TLS-looking record header of an absurd length, then garbage.
+    let mut s = TcpStream::connect(b.local_addr()).unwrap();
+    s.write_all(&[22, 3, 1, 0xff, 0xff]).unwrap();
+    s.write_all(&[0u8; 64]).unwrap();
+    drop(s);
+    let mut s = TcpStream::connect(b.local_addr()).unwrap();
+    s.write_all(b"\x16\x03\x01\x00\x05hello").unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut buf = [0u8; 64];
+    // An alert or a close, never a hang.
+    let _ = s.read(&mut buf);
+    // A real peer still gets in.
+    let (a, _) = start(tls_node("a", tls(&ca, &["a"], false)));
+    a.connect(b.local_addr()).unwrap();
+    rb.wait_for("the real peer", |ev| ups(ev).len() == 1);
+    wait_until("both strangers counted", || b.handshake_stats().failed >= 2);
+    a.shutdown();
+    b.shutdown();
+}
+
+#[test]
+fn a_stalled_tls_handshake_times_out() {
+    init_log();
+    let ca = ca("graft test CA");
+    let (b, _) =
+        start(tls_node("b", tls(&ca, &["b"], false)).handshake_timeout(Duration::from_millis(300)));
+    // Half a ClientHello record, then nothing.
+    let mut s = TcpStream::connect(b.local_addr()).unwrap();
+    s.write_all(&[22, 3, 1, 0, 200, 1, 0, 0]).unwrap();
+    wait_until("the stalled handshake times out", || {
+        b.handshake_stats().timed_out == 1
+    });
+    assert_eq!(b.handshake_stats().pending, 0);
+    b.shutdown();
+}
+
+/// Walks `wire` as TLS records: their content types, or `None` if it is
+/// not a sequence of whole TLS records.
+fn tls_records(wire: &[u8]) -> Option<Vec<u8>> {
+    let mut types = Vec::new();
+    let mut at = 0;
+    while at < wire.len() {
+        let h = wire.get(at..at + 5)?;
+        if !(20..=23).contains(&h[0]) || h[1] != 3 {
+            return None;
+        }
+        at += 5 + u16::from_be_bytes([h[3], h[4]]) as usize;
+        types.push(h[0]);
+    }
+    (at == wire.len()).then_some(types)
+}
+
+#[test]
+fn the_wire_is_tls_records_only_and_shows_no_names() {
+    use std::sync::{Arc, Mutex};
+    init_log();
+    let ca = ca("graft test CA");
+    let (a, _) = start(tls_node("node-alpha", tls(&ca, &["node-alpha"], false)));
+    let (b, rb) = start(tls_node("node-beta", tls(&ca, &["node-beta"], false)));
+    // A recording proxy between them.
+    let proxy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let to = b.local_addr();
+    let via = proxy.local_addr().unwrap();
+    let (up, down) = (
+        Arc::new(Mutex::new(Vec::new())),
+        Arc::new(Mutex::new(Vec::new())),
+    );
+    let (u, d) = (up.clone(), down.clone());
+    std::thread::spawn(move || {
+        let (c, _) = proxy.accept().unwrap();
+        let s = TcpStream::connect(to).unwrap();
+        let pipe = |mut from: TcpStream, mut to: TcpStream, log: Arc<Mutex<Vec<u8>>>| {
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 8192];
+                while let Ok(n) = from.read(&mut buf) {
+                    if n == 0 || to.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                    log.lock().unwrap().extend_from_slice(&buf[..n]);
+                }
+                let _ = to.shutdown(std::net::Shutdown::Both);
+            })
+        };
+        pipe(c.try_clone().unwrap(), s.try_clone().unwrap(), u);
+        pipe(s, c, d);
+    });
+    let peer = a.connect(via).unwrap();
+    a.send(peer.id, FIRST_USER_KIND, b"a secret payload")
+        .unwrap();
+    rb.wait_for("the frame", |ev| count_frames(ev) == 1);
+    a.shutdown();
+    b.shutdown();
+    // The proxy has logged whole records (a read may split one).
+    wait_until("whole records logged", || {
+        tls_records(&up.lock().unwrap()).is_some() && tls_records(&down.lock().unwrap()).is_some()
+    });
+    for (dir, wire) in [
+        ("a to b", up.lock().unwrap()),
+        ("b to a", down.lock().unwrap()),
+    ] {
+        let types = tls_records(&wire).unwrap_or_else(|| panic!("{dir}: not TLS records"));
+        assert_eq!(types[0], 22, "{dir}: starts with a handshake record");
+        assert!(types.contains(&23), "{dir}: application data");
+        for secret in [
+            &b"node-alpha"[..],
+            b"node-beta",
+            b"a secret payload",
+            b"tls-cookie",
+        ] {
+            // Certificates travel encrypted in TLS 1.3 too.
+            assert!(
+                !wire.windows(secret.len()).any(|w| w == secret),
+                "{dir}: {:?} in clear",
+                String::from_utf8_lossy(secret)
+            );
+        }
+    }
+}
