@@ -215,6 +215,12 @@ fn replayed_spliced_and_reflected_handshakes_are_refused() {
     assert_eq!(pc.name, "a");
     wait_until("a sees c", || a.0.peer_named("c").is_some());
     let c_at_a = a.0.peer_named("c").unwrap();
+    // The proxy forwards before it records: wait for its record to hold
+    // the whole handshake (preface, first message, confirmation up; the
+    // acceptor's message and verdict down).
+    wait_until("the proxy recorded the handshake", || {
+        frames(&p1.up.lock().unwrap()).len() >= 3 && frames(&p1.down.lock().unwrap()).len() >= 2
+    });
     let rec1_up = p1.up.lock().unwrap().clone();
     let rec1_down = p1.down.lock().unwrap().clone();
     let hs1 = frames(&rec1_up);
@@ -226,6 +232,9 @@ fn replayed_spliced_and_reflected_handshakes_are_refused() {
     let p2 = Proxy::start(a.0.local_addr());
     c.0.connect(p2.addr).unwrap();
     wait_until("a sees c again", || a.0.peer_named("c").is_some());
+    wait_until("the proxy recorded the second handshake", || {
+        frames(&p2.up.lock().unwrap()).len() >= 3
+    });
     let c_at_a = (c_at_a, a.0.peer_named("c").unwrap());
     let hs2 = frames(&p2.up.lock().unwrap());
     let a_said = frames(&rec1_down);
