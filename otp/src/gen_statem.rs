@@ -116,7 +116,7 @@
 //! node.shutdown();
 //! ```
 
-use crate::gen_server::{CallError, StartError, DEFAULT_CALL_TIMEOUT};
+use crate::gen_server::{CallError, StartError};
 use crate::supervisor::ChildSpec;
 use graft::{
     cancel_timer, demonitor_flush, exit_self, monitor, receive, register, self_pid, send,
@@ -728,17 +728,20 @@ impl<M: GenStatem> Statem<M> {
         self.pid
     }
 
-    /// Calls the machine, waiting up to [`DEFAULT_CALL_TIMEOUT`].
+    /// Calls the machine and waits for its reply with no time limit, as
+    /// OTP's `gen_statem:call/2` (whose default is `infinity`, unlike
+    /// `gen_server:call/2`'s 5 s): the call still ends if the machine dies
+    /// or its node is lost. Use [`Statem::call_timeout`] to bound it.
     ///
     /// # Errors
     ///
-    /// As [`Statem::call_timeout`].
+    /// As [`Statem::call_infinity`].
     ///
     /// # Panics
     ///
     /// Outside a graft process, and when a machine calls itself.
     pub fn call(&self, req: M::Call) -> Result<M::Reply, CallError> {
-        self.call_inner(req, Some(DEFAULT_CALL_TIMEOUT))
+        self.call_inner(req, None)
     }
 
     /// Calls the machine (an [`Event::Call`]) and waits up to `timeout`.
@@ -762,7 +765,8 @@ impl<M: GenStatem> Statem<M> {
     ///
     /// # Errors
     ///
-    /// [`CallError::NoProc`], [`CallError::Exited`], [`CallError::Remote`].
+    /// [`CallError::NoProc`], [`CallError::Exited`], [`CallError::NoConnection`],
+    /// [`CallError::Remote`].
     ///
     /// # Panics
     ///
