@@ -188,9 +188,16 @@ impl NetConfig {
     /// A TLS node and a plain one refuse each other.
     ///
     /// ```no_run
-    /// # let tls: graft_net::TlsConfig = unimplemented!();
+    /// # fn main() -> std::io::Result<()> {
+    /// // DER files made by the cluster's CA (see `docs/security.md`).
+    /// let chain = vec![std::fs::read("node.crt.der")?];
+    /// let key = std::fs::read("node.key.pk8.der")?;
+    /// let ca = vec![std::fs::read("ca.crt.der")?];
+    /// let tls = graft_net::TlsConfig::new(chain, key, ca)?;
     /// let cfg = graft_net::NetConfig::new("n", "127.0.0.1:0".parse().unwrap()).tls(tls);
     /// # let _ = cfg;
+    /// # Ok(())
+    /// # }
     /// ```
     pub fn tls(mut self, tls: crate::TlsConfig) -> Self {
         self.tls = Some(tls);

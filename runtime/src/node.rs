@@ -229,9 +229,16 @@ impl NodeConfig {
     /// [`TlsConfig`](graft_net::TlsConfig) and `docs/security.md`.
     ///
     /// ```no_run
-    /// # let tls: graft_net::TlsConfig = unimplemented!();
+    /// # fn main() -> std::io::Result<()> {
+    /// // DER files made by the cluster's CA (see `docs/security.md`).
+    /// let chain = vec![std::fs::read("node.crt.der")?];
+    /// let key = std::fs::read("node.key.pk8.der")?;
+    /// let ca = vec![std::fs::read("ca.crt.der")?];
+    /// let tls = graft_net::TlsConfig::new(chain, key, ca)?;
     /// let cfg = graft::NodeConfig::new("127.0.0.1:0").tls(tls);
     /// # let _ = cfg;
+    /// # Ok(())
+    /// # }
     /// ```
     pub fn tls(mut self, tls: graft_net::TlsConfig) -> NodeConfig {
         self.tls = Some(tls);
