@@ -2,7 +2,8 @@
 //! worker nodes, each a separate OS process running this executable.
 //! Figures: ms_1_node, ms_2_nodes, speedup_2_nodes (best of 3 runs each).
 //!
-//! The master re-executes itself as `work_pool --worker --join ADDR
+//! The bin is `work_pool_bench` (the example it measures is `work_pool`).
+//! The master re-executes itself as `work_pool_bench --worker --join ADDR
 //! --cookie C` (mobile code only runs on an identical build), waits until
 //! both workers are connected, and hands out units one at a time: a worker
 //! asks, the master answers with a unit (a `MobileFnOnce<u64>` counting the
@@ -10,7 +11,7 @@
 //! node) so messaging stays well under 1% of the time.
 //!
 //! ```text
-//! work_pool [--to N] [--units U] [--runs R]
+//! work_pool_bench [--to N] [--units U] [--runs R]
 //! ```
 
 use graft::*;
