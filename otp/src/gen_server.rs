@@ -31,6 +31,9 @@
 //! [`CallError::Exited`], a lost node with [`CallError::NoConnection`], and
 //! nothing hangs past the timeout.
 //!
+//! The call protocol itself (guard, reply handle, local wait, remote
+//! request) lives in `call.rs`, shared with gen_statem.
+//!
 //! ## No late replies
 //!
 //! OTP ≥ 24 sends the reply to an *alias* of the caller that the caller
@@ -59,17 +62,16 @@
 //! one-shot alias, and a late reply is dropped at the alias on the caller's
 //! node.
 
+use crate::call::{self, Caller, RemoteFail, RemoteReply};
 use graft::{
-    demonitor_flush_after, exit_self, mark, monitor, receive, register, send, unlink, whereis,
-    Alias, Error, ExitReason, ExitSignal, Message, MonitorRef, NodeId, Pid, ProcessDied, SpawnOpts,
-    Unknown,
+    demonitor_flush_after, exit_self, mark, receive, register, send, unlink, whereis, Alias, Error,
+    ExitReason, ExitSignal, Message, MonitorRef, NodeId, Pid, ProcessDied, SpawnOpts, Unknown,
 };
 use std::any::{Any, TypeId};
 use std::fmt;
 use std::marker::PhantomData;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// `multi_call` and `abcast` over a set of nodes (OTP's
@@ -422,7 +424,7 @@ pub enum CallError {
 
 impl CallError {
     /// The error for a call that ended with its monitor's `reason`.
-    fn from_exit(reason: ExitReason) -> CallError {
+    pub(crate) fn from_exit(reason: ExitReason) -> CallError {
         match reason {
             ExitReason::NoProc => CallError::NoProc,
             ExitReason::NoConnection => CallError::NoConnection,
@@ -484,137 +486,9 @@ impl fmt::Display for StartError {
 
 impl std::error::Error for StartError {}
 
-/// The guard a calling process shares with every [`ReplyTo`] it hands out:
-/// the tag of the call it is waiting for, if any (see the module docs).
-#[derive(Debug, Default)]
-struct CallGuard {
-    /// Written by the caller (start and end of a call), read by repliers,
-    /// always under the lock; a replier sends while holding it.
-    active: Mutex<Option<MonitorRef>>,
-}
-
-impl CallGuard {
-    fn set(&self, tag: Option<MonitorRef>) {
-        *self.active.lock().unwrap_or_else(|e| e.into_inner()) = tag;
-    }
-}
-
-/// The process-local handle on the calling process's guard.
-#[derive(Debug, Clone)]
-struct CallerGuard(Arc<CallGuard>);
-
-/// The running process's guard (made on its first call).
-fn caller_guard() -> Arc<CallGuard> {
-    if let Some(g) = graft::local::get::<CallerGuard>() {
-        return g.0;
-    }
-    let g = Arc::new(CallGuard::default());
-    graft::local::set(CallerGuard(g.clone()));
-    g
-}
-
-/// Where to send the answer to one call (OTP's `From`).
-///
-/// Clone it to answer later ([`CallResult::NoReply`]); only the first reply
-/// for a call that is still waiting is delivered, every other one (a second
-/// reply, a reply after the caller timed out or died) is dropped.
-pub struct ReplyTo<R> {
-    pid: Pid,
-    tag: MonitorRef,
-    guard: Arc<CallGuard>,
-    /// The caller is on another node: its request alias; the reply
-    /// travels encoded, through it.
-    remote: Option<Alias>,
-    _r: PhantomData<fn(R)>,
-}
-
-impl<R> Clone for ReplyTo<R> {
-    fn clone(&self) -> Self {
-        ReplyTo {
-            pid: self.pid,
-            tag: self.tag,
-            guard: self.guard.clone(),
-            remote: self.remote,
-            _r: PhantomData,
-        }
-    }
-}
-
-impl<R> fmt::Debug for ReplyTo<R> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ReplyTo")
-            .field("pid", &self.pid)
-            .field("tag", &self.tag)
-            .finish()
-    }
-}
-
-impl<R: Message> ReplyTo<R> {
-    /// The calling process.
-    pub fn pid(&self) -> Pid {
-        self.pid
-    }
-
-    /// Answers the call (OTP's `gen_server:reply`). Returns `false` when the
-    /// reply was dropped because the caller no longer waits for it.
-    ///
-    /// ```
-    /// use graft_otp::prelude::*;
-    ///
-    /// /// Answers each call when the next cast arrives.
-    /// #[derive(Default)]
-    /// struct Later(Vec<ReplyTo<u32>>);
-    /// impl GenServer for Later {
-    ///     type Call = ();
-    ///     type Cast = u32;
-    ///     type Reply = u32;
-    ///     fn handle_call(&mut self, _: (), from: &ReplyTo<u32>) -> CallResult<u32> {
-    ///         self.0.push(from.clone());
-    ///         CallResult::NoReply
-    ///     }
-    ///     fn handle_cast(&mut self, n: u32) -> Flow {
-    ///         for from in self.0.drain(..) {
-    ///             from.reply(n);
-    ///         }
-    ///         Flow::Continue
-    ///     }
-    /// }
-    ///
-    /// let node = Node::start(NodeConfig::new("127.0.0.1:0")).unwrap();
-    /// let v = node.run(|| {
-    ///     let s = gen_server::start(Later::default()).unwrap();
-    ///     spawn(move || { sleep(std::time::Duration::from_millis(10)); s.cast(7) });
-    ///     s.call(()).unwrap()
-    /// }).unwrap();
-    /// assert_eq!(v, 7);
-    /// node.shutdown();
-    /// ```
-    pub fn reply(self, value: R) -> bool {
-        let mut active = self.guard.active.lock().unwrap_or_else(|e| e.into_inner());
-        if *active != Some(self.tag) {
-            return false;
-        }
-        // A send never yields: the lock is not held across a switch.
-        if let Some(alias) = self.remote {
-            let result = value
-                .encode_remote()
-                .map(|(_, b)| b)
-                .map_err(|e| RemoteFail::Error(CallError::Remote(e.to_string())));
-            graft::reply(alias, RemoteReply { result });
-        } else {
-            send(
-                self.pid,
-                Reply {
-                    tag: self.tag,
-                    value,
-                },
-            );
-        }
-        // One reply per call: the next one through a clone is dropped.
-        *active = None;
-        true
-    }
-}
+/// Where to send the answer to one call (OTP's `From`): one type for every
+/// behaviour, from the shared call protocol (`call.rs`).
+pub use crate::call::ReplyTo;
 
 /// What the serve loop works on: a request opened from its envelope.
 enum Request<C, K, R> {
@@ -625,13 +499,6 @@ enum Request<C, K, R> {
 
 type RequestOf<S> =
     Request<<S as GenServer>::Call, <S as GenServer>::Cast, <S as GenServer>::Reply>;
-
-/// The caller of a local call, as its envelope carries it.
-struct Caller {
-    pid: Pid,
-    tag: MonitorRef,
-    guard: Arc<CallGuard>,
-}
 
 /// The Rust types a request was sent with, for the error when they are not
 /// the server's (computed only then).
@@ -704,20 +571,6 @@ impl fmt::Debug for Envelope {
 #[derive(Debug, Clone)]
 struct StopRequest(ExitReason);
 
-/// A server's answer, tagged with the caller's monitor reference.
-#[derive(Debug, Clone)]
-struct Reply<R> {
-    tag: MonitorRef,
-    value: R,
-}
-
-/// A server's refusal of a call, tagged like a reply.
-#[derive(Debug, Clone)]
-struct CallFailed {
-    tag: MonitorRef,
-    error: CallError,
-}
-
 /// The acknowledgement a new server sends its starter after `init`.
 #[derive(Debug, Clone)]
 struct InitAck {
@@ -742,35 +595,10 @@ enum RemoteRequest {
     Stop(ExitReason),
 }
 
-/// A server's answer to a remote caller (through its request alias, which
-/// tags it).
-#[derive(Debug, graft::Mobile)]
-struct RemoteReply {
-    result: Result<Vec<u8>, RemoteFail>,
-}
-
-/// Why a server on another node did not answer a call.
-#[derive(Debug, graft::Mobile)]
-enum RemoteFail {
-    /// As is.
-    Error(CallError),
-    /// The request (`reply: false`) or reply type is not the server's: the
-    /// server's type name and readable descriptor, so that the caller can
-    /// name the first difference with its own.
-    Mismatch {
-        reply: bool,
-        server: String,
-        expected: String,
-        form: String,
-    },
-}
-
 // The local envelopes stay on their node: a call holds the caller's
 // late-reply guard, and the values travel by pointer.
 impl graft::Message for Envelope {}
 impl graft::Message for StopRequest {}
-impl<R: Send + 'static> graft::Message for Reply<R> {}
-impl graft::Message for CallFailed {}
 impl graft::Message for InitAck {}
 
 /// The error for a call of types `found` to a server `S`.
@@ -799,7 +627,7 @@ fn mismatch_of<S: GenServer>(found: &Types) -> CallError {
     mismatch_error(std::any::type_name::<S>(), reply, expected, got, diff)
 }
 
-fn mismatch_error(
+pub(crate) fn mismatch_error(
     server: &str,
     reply: bool,
     expected: &str,
@@ -1071,62 +899,9 @@ impl<P: Protocol> Server<P> {
         if self.pid.node() != graft::this_node() {
             return self.call_on_other_node(me, req, timeout);
         }
-        let guard = caller_guard();
-        // The ref trick: the reply, the refusal and the `ProcessDied` all
-        // come after this mark, so the waits below skip whatever was in
-        // the mailbox before the call.
-        let m = mark();
-        // The monitor reference is the call's tag (as in OTP): unique, and
-        // its `ProcessDied` is the failure path.
-        let tag = monitor(self.pid);
-        guard.set(Some(tag));
-        let caller = Caller {
-            pid: me,
-            tag,
-            guard: guard.clone(),
-        };
-        send(self.pid, Envelope::call::<P>(req, caller));
-        let got = receive()
-            .after(m)
-            .when(
-                move |r: &Reply<P::Reply>| r.tag == tag,
-                |r: Reply<P::Reply>| Ok(r.value),
-            )
-            .when(
-                move |d: &ProcessDied| d.monitor == tag,
-                |d: ProcessDied| Err(CallError::from_exit(d.reason)),
-            )
-            .when(
-                move |f: &CallFailed| f.tag == tag,
-                |f: CallFailed| Err(f.error),
-            );
-        let got = match timeout {
-            Some(t) => got.timeout(t),
-            None => Some(got.wait()),
-        };
-        match got {
-            Some(Ok(v)) => {
-                // The replier has cleared the guard.
-                demonitor_flush_after(tag, m);
-                Ok(v)
-            }
-            Some(Err(error @ CallError::TypeMismatch { .. })) => {
-                demonitor_flush_after(tag, m);
-                Err(error)
-            }
-            Some(Err(error)) => {
-                // A process the server handed the `ReplyTo` to may have
-                // replied just as the server died: take that reply too.
-                guard.set(None);
-                take_reply::<P::Reply>(tag, m).ok_or(error)
-            }
-            None => {
-                guard.set(None);
-                demonitor_flush_after(tag, m);
-                // A reply sent before the guard was cleared is already here.
-                take_reply::<P::Reply>(tag, m).ok_or(CallError::Timeout)
-            }
-        }
+        call::call_local(me, self.pid, timeout, |caller| {
+            send(self.pid, Envelope::call::<P>(req, caller))
+        })
     }
 
     /// A call to a server on another node, on the runtime's request
@@ -1151,43 +926,12 @@ impl<P: Protocol> Server<P> {
                 std::any::type_name::<P::Reply>()
             )));
         };
-        let sent = graft::send_request(self.pid, |from| RemoteRequest::Call { bytes, from, reply })
-            .map_err(|e| CallError::Remote(e.to_string()))?;
-        let got = match graft::receive_response::<RemoteReply>(sent, timeout) {
-            Ok(r) => Some(Ok(r.result)),
-            Err(graft::RequestError::Timeout) => None,
-            Err(graft::RequestError::NoProc) => Some(Err(ExitReason::NoProc)),
-            Err(graft::RequestError::NoConnection(_)) => Some(Err(ExitReason::NoConnection)),
-            Err(graft::RequestError::Died(r)) => Some(Err(r)),
-            Err(graft::RequestError::Refused(why)) => return Err(CallError::Remote(why)),
-        };
-        match got {
-            Some(Ok(Ok(bytes))) => {
-                P::Reply::decode_remote(&bytes).map_err(|e| CallError::Remote(e.to_string()))
-            }
-            Some(Ok(Err(RemoteFail::Error(e)))) => Err(e),
-            Some(Ok(Err(RemoteFail::Mismatch {
-                reply,
-                server,
-                expected,
-                form,
-            }))) => {
-                let (found, mine) = if reply {
-                    (
-                        std::any::type_name::<P::Reply>(),
-                        P::Reply::full_descriptor(),
-                    )
-                } else {
-                    (std::any::type_name::<P::Call>(), P::Call::full_descriptor())
-                };
-                let diff = mine.and_then(|d| {
-                    graft::graph::Descriptor::first_difference_in(&form, d.readable())
-                });
-                Err(mismatch_error(&server, reply, &expected, found, diff))
-            }
-            Some(Err(reason)) => Err(CallError::from_exit(reason)),
-            None => Err(CallError::Timeout),
-        }
+        let answer = call::call_remote(self.pid, timeout, |from| RemoteRequest::Call {
+            bytes,
+            from,
+            reply,
+        })?;
+        decode_remote_reply::<P::Call, P::Reply>(answer)
     }
 
     /// Sends the server a cast (never blocks, never fails: a cast to a dead
@@ -1226,32 +970,43 @@ impl<P: Protocol> Server<P> {
         if me == self.pid {
             calling_self(me);
         }
-        let mk = mark();
-        let m = monitor(self.pid);
-        if self.pid.node() != graft::this_node() {
-            send(self.pid, RemoteRequest::Stop(reason.clone()));
-        } else {
-            send(self.pid, StopRequest(reason.clone()));
-        }
-        let died = receive()
-            .after(mk)
-            .when(move |d: &ProcessDied| d.monitor == m, |d: ProcessDied| d)
-            .wait();
-        match died.reason {
-            r if r == reason => Ok(()),
-            r => Err(CallError::from_exit(r)),
-        }
+        let remote = self.pid.node() != graft::this_node();
+        let pid = self.pid;
+        call::stop_and_wait(pid, reason, |reason| {
+            if remote {
+                send(pid, RemoteRequest::Stop(reason));
+            } else {
+                send(pid, StopRequest(reason));
+            }
+        })
     }
 }
 
-/// The reply tagged `tag` if it is in the mailbox now (the guard is
-/// cleared: no other can come).
-#[cold]
-fn take_reply<R: Message>(tag: MonitorRef, m: graft::Mark) -> Option<R> {
-    receive()
-        .after(m)
-        .when(move |r: &Reply<R>| r.tag == tag, |r: Reply<R>| r.value)
-        .timeout(Duration::ZERO)
+/// The caller's side of a remote call's answer: the reply decoded, or the
+/// callee's refusal (a type mismatch names the first difference between
+/// the callee's types `C`/`R` and the caller's).
+pub(crate) fn decode_remote_reply<C: Message, R: Message>(
+    answer: Result<Vec<u8>, RemoteFail>,
+) -> Result<R, CallError> {
+    match answer {
+        Ok(bytes) => R::decode_remote(&bytes).map_err(|e| CallError::Remote(e.to_string())),
+        Err(RemoteFail::Error(e)) => Err(e),
+        Err(RemoteFail::Mismatch {
+            reply,
+            server,
+            expected,
+            form,
+        }) => {
+            let (found, mine) = if reply {
+                (std::any::type_name::<R>(), R::full_descriptor())
+            } else {
+                (std::any::type_name::<C>(), C::full_descriptor())
+            };
+            let diff = mine
+                .and_then(|d| graft::graph::Descriptor::first_difference_in(&form, d.readable()));
+            Err(mismatch_error(&server, reply, &expected, found, diff))
+        }
+    }
 }
 
 #[cold]
@@ -1723,13 +1478,7 @@ fn open<S: GenServer>(mut e: Envelope) -> Option<RequestOf<S>> {
             match slot.and_then(Option::take) {
                 Some((req, _)) => Some(Request::Call {
                     req,
-                    from: ReplyTo {
-                        pid: caller.pid,
-                        tag: caller.tag,
-                        guard: caller.guard,
-                        remote: None,
-                        _r: PhantomData,
-                    },
+                    from: ReplyTo::local(caller),
                 }),
                 None => {
                     let error = mismatch_of::<S>(&(e.0.types)());
@@ -1738,20 +1487,7 @@ fn open<S: GenServer>(mut e: Envelope) -> Option<RequestOf<S>> {
                         me("gen_server"),
                         caller.pid
                     );
-                    let active = caller
-                        .guard
-                        .active
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner());
-                    if *active == Some(caller.tag) {
-                        send(
-                            caller.pid,
-                            CallFailed {
-                                tag: caller.tag,
-                                error,
-                            },
-                        );
-                    }
+                    ReplyTo::<S::Reply>::local(caller).fail(error);
                     None
                 }
             }
@@ -1782,7 +1518,6 @@ fn remote_to_local<S: GenServer>(r: RemoteRequest) -> Option<RequestOf<S>> {
     };
     match r {
         RemoteRequest::Call { bytes, from, reply } => {
-            let tag = from.reference();
             let found = graft::graph::peek_descriptor(&bytes).ok();
             let checks = [
                 (
@@ -1824,20 +1559,10 @@ fn remote_to_local<S: GenServer>(r: RemoteRequest) -> Option<RequestOf<S>> {
                 }
             }
             match S::Call::decode_remote(&bytes) {
-                Ok(req) => {
-                    let guard = Arc::new(CallGuard::default());
-                    guard.set(Some(tag));
-                    Some(Request::Call {
-                        req,
-                        from: ReplyTo {
-                            pid: from.owner(),
-                            tag,
-                            guard,
-                            remote: Some(from),
-                            _r: PhantomData,
-                        },
-                    })
-                }
+                Ok(req) => Some(Request::Call {
+                    req,
+                    from: ReplyTo::remote(from),
+                }),
                 Err(e) => {
                     fail(from, RemoteFail::Error(CallError::Remote(e.to_string())));
                     None

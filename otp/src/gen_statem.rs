@@ -65,8 +65,10 @@
 //!
 //! Across nodes: [`start_on`] starts a `Mobile` machine on another node and
 //! [`Statem::call`], [`Statem::cast`] and [`Statem::stop`] reach it there
-//! (the request and the reply travel encoded, one message each way, beside
-//! the call's monitor).
+//! (the request and the reply travel encoded, one frame each way: the
+//! request carries the call's monitor, the reply comes back through the
+//! caller's alias). Calls speak gen_server's protocol (`call.rs`): the same
+//! [`ReplyTo`], the same ref-trick wait, the same late-reply guard.
 //!
 //! [`Action::Hibernate`] makes the loop call [`graft::hibernate`] before
 //! its next receive: the dead part of the machine's stack is given back
@@ -116,18 +118,18 @@
 //! node.shutdown();
 //! ```
 
-use crate::gen_server::{CallError, StartError};
+use crate::call;
+use crate::gen_server::{decode_remote_reply, CallError, StartError};
 use crate::supervisor::ChildSpec;
 use graft::{
-    cancel_timer, demonitor_flush, exit_self, monitor, receive, register, self_pid, send,
-    send_after, spawn_opts, unlink, whereis, Error, ExitReason, ExitSignal, Message, MonitorRef,
-    Pid, ProcessDied, TimerRef, Unknown,
+    cancel_timer, demonitor_flush, exit_self, receive, register, self_pid, send, send_after,
+    spawn_opts, unlink, whereis, Alias, Error, ExitReason, ExitSignal, Message, MonitorRef, Pid,
+    ProcessDied, TimerRef, Unknown,
 };
 use std::collections::VecDeque;
 use std::fmt;
 use std::marker::PhantomData;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// The callbacks of a state machine; its data is `self`.
@@ -473,140 +475,17 @@ impl<M: GenStatem + ?Sized> fmt::Debug for StateFn<M> {
 }
 
 // ---------------------------------------------------------------------------
-// Calls: the caller's late-reply guard and the reply handle.
+// Calls: the protocol every behaviour speaks (`call.rs`).
 
-/// The guard a calling process shares with every [`ReplyTo`] it hands out:
-/// the tag of the call it waits for (see gen_server's module docs).
-#[derive(Debug, Default)]
-struct CallGuard {
-    /// Written by the caller (start and end of a call), read by repliers,
-    /// always under the lock; a replier sends while holding it (a send
-    /// never yields).
-    active: Mutex<Option<MonitorRef>>,
-}
-
-impl CallGuard {
-    fn set(&self, tag: Option<MonitorRef>) {
-        *self.active.lock().unwrap_or_else(|e| e.into_inner()) = tag;
-    }
-}
-
-#[derive(Debug, Clone)]
-struct CallerGuard(Arc<CallGuard>);
-
-thread_local! {
-    /// The guard of the process that last called from this worker thread:
-    /// a cache in front of process-local storage (a hash lookup). Checked
-    /// by pid (never reused), and only read or written between yields.
-    static LAST_GUARD: std::cell::RefCell<Option<(Pid, Arc<CallGuard>)>> =
-        const { std::cell::RefCell::new(None) };
-}
-
-/// The calling process `me`'s guard (made on its first call).
-#[inline]
-fn caller_guard(me: Pid) -> Arc<CallGuard> {
-    let cached = LAST_GUARD.with(|c| match &*c.borrow() {
-        Some((pid, g)) if *pid == me => Some(g.clone()),
-        _ => None,
-    });
-    cached.unwrap_or_else(|| caller_guard_slow(me))
-}
-
-#[cold]
-fn caller_guard_slow(me: Pid) -> Arc<CallGuard> {
-    let g = match graft::local::get::<CallerGuard>() {
-        Some(g) => g.0,
-        None => {
-            let g = Arc::new(CallGuard::default());
-            graft::local::set(CallerGuard(g.clone()));
-            g
-        }
-    };
-    LAST_GUARD.with(|c| *c.borrow_mut() = Some((me, g.clone())));
-    g
-}
-
-/// Where to send the answer to one call (OTP's `From`). Clone it to answer
-/// later; only the first reply to a call still waited for is delivered.
-pub struct ReplyTo<R> {
-    pid: Pid,
-    tag: MonitorRef,
-    guard: Arc<CallGuard>,
-    remote: bool,
-    _r: PhantomData<fn(R)>,
-}
-
-impl<R> Clone for ReplyTo<R> {
-    fn clone(&self) -> Self {
-        ReplyTo {
-            pid: self.pid,
-            tag: self.tag,
-            guard: self.guard.clone(),
-            remote: self.remote,
-            _r: PhantomData,
-        }
-    }
-}
-
-impl<R> fmt::Debug for ReplyTo<R> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ReplyTo")
-            .field("pid", &self.pid)
-            .field("tag", &self.tag)
-            .finish()
-    }
-}
-
-impl<R: Message> ReplyTo<R> {
-    /// The calling process.
-    pub fn pid(&self) -> Pid {
-        self.pid
-    }
-
-    /// Answers the call (OTP's `gen_statem:reply`); `false` when the reply
-    /// was dropped because the caller no longer waits for it.
-    pub fn reply(self, value: R) -> bool {
-        let mut active = self.guard.active.lock().unwrap_or_else(|e| e.into_inner());
-        if *active != Some(self.tag) {
-            return false;
-        }
-        if self.remote {
-            let bytes = value
-                .encode_remote()
-                .map(|(_, b)| b)
-                .map_err(|e| e.to_string());
-            send(
-                self.pid,
-                StatemRemoteReply {
-                    tag: self.tag,
-                    bytes,
-                },
-            );
-        } else {
-            send(
-                self.pid,
-                Reply {
-                    tag: self.tag,
-                    value,
-                },
-            );
-        }
-        *active = None;
-        true
-    }
-}
+/// Where to send the answer to one call (OTP's `From`): the same type as
+/// gen_server's.
+pub use crate::call::ReplyTo;
 
 /// What a local caller sends a machine.
 enum Request<C, K, R> {
     Call { req: C, from: ReplyTo<R> },
     Cast(K),
     Stop(ExitReason),
-}
-
-/// A machine's answer, tagged with the caller's monitor reference.
-struct Reply<R> {
-    tag: MonitorRef,
-    value: R,
 }
 
 /// The acknowledgement a new machine sends its starter after `init`.
@@ -624,8 +503,10 @@ struct TimerFired(u64);
 enum StatemRemoteRequest {
     Call {
         bytes: Vec<u8>,
-        from: Pid,
-        tag: MonitorRef,
+        /// The caller's request alias (answered through it).
+        from: Alias,
+        /// The caller's reply type (its descriptor id).
+        reply: u64,
     },
     Cast {
         bytes: Vec<u8>,
@@ -633,15 +514,7 @@ enum StatemRemoteRequest {
     Stop(ExitReason),
 }
 
-/// A machine's answer to a remote caller.
-#[derive(Debug, graft::Mobile)]
-struct StatemRemoteReply {
-    tag: MonitorRef,
-    bytes: Result<Vec<u8>, String>,
-}
-
 impl<C: Send + 'static, K: Send + 'static, R: Send + 'static> Message for Request<C, K, R> {}
-impl<R: Send + 'static> Message for Reply<R> {}
 impl Message for InitAck {}
 impl Message for TimerFired {}
 
@@ -784,97 +657,38 @@ impl<M: GenStatem> Statem<M> {
         if self.pid.node() != graft::this_node() {
             return self.call_remote(req, timeout);
         }
-        let guard = caller_guard(me);
-        let tag = monitor(self.pid);
-        guard.set(Some(tag));
-        let from = ReplyTo {
-            pid: me,
-            tag,
-            guard,
-            remote: false,
-            _r: PhantomData,
-        };
-        send(self.pid, RequestOf::<M>::Call { req, from });
-        let got = receive()
-            .when(
-                move |r: &Reply<M::Reply>| r.tag == tag,
-                |r: Reply<M::Reply>| Ok(r.value),
+        call::call_local(me, self.pid, timeout, |caller| {
+            send(
+                self.pid,
+                RequestOf::<M>::Call {
+                    req,
+                    from: ReplyTo::local(caller),
+                },
             )
-            .when(
-                move |d: &ProcessDied| d.monitor == tag,
-                |d: ProcessDied| Err(d.reason),
-            );
-        let got = match timeout {
-            Some(t) => got.timeout(t),
-            None => Some(got.wait()),
-        };
-        match got {
-            Some(Ok(v)) => {
-                demonitor_flush(tag);
-                Ok(v)
-            }
-            Some(Err(reason)) => {
-                caller_guard(me).set(None);
-                take_reply::<M::Reply>(tag).ok_or(match reason {
-                    ExitReason::NoProc => CallError::NoProc,
-                    ExitReason::NoConnection => CallError::NoConnection,
-                    reason => CallError::Exited(reason),
-                })
-            }
-            None => {
-                caller_guard(me).set(None);
-                demonitor_flush(tag);
-                take_reply::<M::Reply>(tag).ok_or(CallError::Timeout)
-            }
-        }
+        })
     }
 
-    /// A call to a machine on another node: one encoded request, one
-    /// encoded reply. Late replies of calls that timed out are dropped at
-    /// the next remote call.
+    /// A call to a machine on another node, on the runtime's request
+    /// primitive (as gen_server's): one encoded request that carries the
+    /// monitor, one encoded reply through the caller's alias.
+    #[cold]
     fn call_remote(&self, req: M::Call, timeout: Option<Duration>) -> Result<M::Reply, CallError> {
-        while receive()
-            .on(|_: StatemRemoteReply| ())
-            .timeout(Duration::ZERO)
-            .is_some()
-        {}
         let bytes = req
             .encode_remote()
             .map_err(|e| CallError::Remote(e.to_string()))?
             .1;
-        let tag = monitor(self.pid);
-        send(
-            self.pid,
-            StatemRemoteRequest::Call {
-                bytes,
-                from: self_pid(),
-                tag,
-            },
-        );
-        let got = receive()
-            .when(
-                move |r: &StatemRemoteReply| r.tag == tag,
-                |r: StatemRemoteReply| Ok(r.bytes),
-            )
-            .when(
-                move |d: &ProcessDied| d.monitor == tag,
-                |d: ProcessDied| Err(d.reason),
-            );
-        let got = match timeout {
-            Some(t) => got.timeout(t),
-            None => Some(got.wait()),
+        let Some(reply) = M::Reply::remote_descriptor() else {
+            return Err(CallError::Remote(format!(
+                "the reply type {} is local-only and cannot come from another node",
+                std::any::type_name::<M::Reply>()
+            )));
         };
-        demonitor_flush(tag);
-        match got {
-            Some(Ok(Ok(bytes))) => {
-                M::Reply::decode_remote(&bytes).map_err(|e| CallError::Remote(e.to_string()))
-            }
-            Some(Ok(Err(why))) => Err(CallError::Remote(why)),
-            Some(Err(ExitReason::NoProc)) => Err(CallError::NoProc),
-            Some(Err(ExitReason::NoConnection)) => Err(CallError::NoConnection),
-            Some(Err(reason)) => Err(CallError::Exited(reason)),
-            None => Err(CallError::Timeout),
-        }
+        let answer = call::call_remote(self.pid, timeout, |from| StatemRemoteRequest::Call {
+            bytes,
+            from,
+            reply,
+        })?;
+        decode_remote_reply::<M::Call, M::Reply>(answer)
     }
 
     /// Sends the machine a cast (an [`Event::Cast`]); never blocks, never
@@ -906,28 +720,16 @@ impl<M: GenStatem> Statem<M> {
         if me == self.pid {
             calling_self(me);
         }
-        let m = monitor(self.pid);
-        if self.pid.node() != graft::this_node() {
-            send(self.pid, StatemRemoteRequest::Stop(reason.clone()));
-        } else {
-            send(self.pid, RequestOf::<M>::Stop(reason.clone()));
-        }
-        let died = receive()
-            .when(move |d: &ProcessDied| d.monitor == m, |d: ProcessDied| d)
-            .wait();
-        match died.reason {
-            ExitReason::NoProc => Err(CallError::NoProc),
-            r if r == reason => Ok(()),
-            r => Err(CallError::Exited(r)),
-        }
+        let remote = self.pid.node() != graft::this_node();
+        let pid = self.pid;
+        call::stop_and_wait(pid, reason, |reason| {
+            if remote {
+                send(pid, StatemRemoteRequest::Stop(reason));
+            } else {
+                send(pid, RequestOf::<M>::Stop(reason));
+            }
+        })
     }
-}
-
-#[cold]
-fn take_reply<R: Message>(tag: MonitorRef) -> Option<R> {
-    receive()
-        .when(move |r: &Reply<R>| r.tag == tag, |r: Reply<R>| r.value)
-        .timeout(Duration::ZERO)
 }
 
 #[cold]
@@ -1501,21 +1303,31 @@ impl<M: GenStatem> Machine<M> {
 /// the machine's types); `None` (logged) if it does not decode.
 fn remote_to_local<M: GenStatem>(r: StatemRemoteRequest) -> Option<RequestOf<M>> {
     let decoded = match r {
-        StatemRemoteRequest::Call { bytes, from, tag } => {
-            M::Call::decode_remote(&bytes).map(|req| {
-                let guard = Arc::new(CallGuard::default());
-                guard.set(Some(tag));
-                Request::Call {
+        StatemRemoteRequest::Call { bytes, from, reply } => {
+            if Some(reply) != M::Reply::remote_descriptor() {
+                let why = format!(
+                    "the machine {} replies with {}, a different type from the caller's",
+                    std::any::type_name::<M>(),
+                    std::any::type_name::<M::Reply>()
+                );
+                log::warn!(
+                    "gen_statem {}: refused a call from {}: {why}",
+                    self_pid(),
+                    from.owner()
+                );
+                ReplyTo::<M::Reply>::remote(from).fail(CallError::Remote(why));
+                return None;
+            }
+            match M::Call::decode_remote(&bytes) {
+                Ok(req) => Ok(Request::Call {
                     req,
-                    from: ReplyTo {
-                        pid: from,
-                        tag,
-                        guard,
-                        remote: true,
-                        _r: PhantomData,
-                    },
+                    from: ReplyTo::remote(from),
+                }),
+                Err(e) => {
+                    ReplyTo::<M::Reply>::remote(from).fail(CallError::Remote(e.to_string()));
+                    Err(e)
                 }
-            })
+            }
         }
         StatemRemoteRequest::Cast { bytes } => M::Cast::decode_remote(&bytes).map(Request::Cast),
         StatemRemoteRequest::Stop(reason) => Ok(Request::Stop(reason)),

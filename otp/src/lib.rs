@@ -88,6 +88,7 @@
 pub mod erpc;
 
 pub mod application;
+mod call;
 pub mod gen_server;
 pub mod gen_server_multi;
 pub mod gen_statem;

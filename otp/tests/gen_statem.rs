@@ -834,3 +834,66 @@ fn a_call_to_a_machine_whose_node_is_gone_fails_without_hanging() {
     .unwrap();
     a.shutdown();
 }
+
+/// Takes the switch's calls but says it replies with a number: a client
+/// that names the wrong machine type.
+struct Liar;
+impl GenStatem for Liar {
+    type State = ();
+    type Call = SwitchCall;
+    type Cast = u32;
+    type Reply = u64;
+    type Internal = ();
+    fn init(&mut self) -> Transition<Self> {
+        Transition::next(())
+    }
+    fn handle_event(&mut self, _: &(), _: Event<Self>) -> Transition<Self> {
+        Transition::keep()
+    }
+}
+
+#[test]
+fn a_remote_call_expecting_another_reply_type_is_refused_with_a_reason() {
+    let _ = env_logger::builder().is_test(true).try_init();
+    let cfg = || NodeConfig::new("127.0.0.1:0").cookie("statem").workers(2);
+    let (a, b) = (Node::start(cfg()).unwrap(), Node::start(cfg()).unwrap());
+    let b_id = a.connect(b.addr()).unwrap();
+    a.run(move || {
+        let sw = gen_statem::start_on(b_id, Switch { flips: 0 }).unwrap();
+        graft::unlink(sw.pid());
+        let liar = Statem::<Liar>::from_pid(sw.pid());
+        match liar.call_timeout(SwitchCall::Flip, HANG) {
+            Err(CallError::Remote(why)) => assert!(why.contains("different type"), "{why}"),
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+        // The machine took nothing and still answers its real clients.
+        assert_eq!(sw.call(SwitchCall::Where).unwrap(), (Light::Off, 0, b_id));
+    })
+    .unwrap();
+    a.shutdown();
+    b.shutdown();
+}
+
+#[test]
+fn a_call_from_a_deep_mailbox_is_answered_and_leaves_the_mail_in_order() {
+    let node = common::node(2);
+    node.run(|| {
+        let sw = gen_statem::start(Switch { flips: 0 }).unwrap();
+        let me = self_pid();
+        for i in 0..100_000u32 {
+            send(me, i);
+        }
+        for n in 1..=100u32 {
+            assert_eq!(sw.call(SwitchCall::Flip).unwrap().1, n);
+        }
+        for i in 0..100_000u32 {
+            assert_eq!(receive().on(|v: u32| v).timeout(Duration::ZERO), Some(i));
+        }
+        assert!(
+            mailbox_now().is_empty(),
+            "no stray reply or monitor message"
+        );
+    })
+    .unwrap();
+    node.shutdown();
+}
