@@ -98,6 +98,7 @@ mod api;
 mod channel;
 mod context;
 mod coroutine;
+pub mod discovery;
 mod dist;
 mod error;
 mod exit;

@@ -492,13 +492,21 @@ fn addr_of_name(name: &str) -> Result<SocketAddr, Error> {
 /// (`"kv@127.0.0.3:4370"`: the node was started with that name and listens
 /// there) or names a node this one has been connected to, and checks the
 /// node there has that name.
-fn connect_name_on(n: &Arc<NodeShared>, name: &str) -> Result<NodeId, Error> {
+pub(crate) fn connect_name_on(n: &Arc<NodeShared>, name: &str) -> Result<NodeId, Error> {
     let want = NodeId::from_name(name);
     // A name without its address: one this node has met is remembered.
     let known = n.dist.mon.state.lock().known.get(&want).map(|k| k.1);
     let addr = match addr_of_name(name) {
         Ok(a) => a,
-        Err(e) => known.ok_or(e)?,
+        Err(e) => match known {
+            Some(a) => a,
+            // Neither in the name nor met before: the epmd-less convention,
+            // graft's fixed port (`discovery::DEFAULT_PORT`).
+            None => match name.parse::<crate::discovery::Seed>() {
+                Ok(crate::discovery::Seed::Name(full)) => addr_of_name(&full).map_err(|_| e)?,
+                _ => return Err(e),
+            },
+        },
     };
     if want == n.id {
         return Ok(want);
@@ -507,7 +515,10 @@ fn connect_name_on(n: &Arc<NodeShared>, name: &str) -> Result<NodeId, Error> {
         return Err(Error::NoConnection(want));
     }
     n.dist.mon.know(want, name, addr);
-    let got = crate::node::connect_transport(n, addr)?;
+    let got = crate::node::connect_transport(n, addr).map_err(|e| match e {
+        Error::Remote(why) => Error::Remote(format!("{name} at {addr}: {why}")),
+        e => e,
+    })?;
     if got != want {
         let other = n.dist.peer_info(got).map_or_else(String::new, |p| p.0);
         return Err(Error::Remote(format!(
@@ -521,7 +532,9 @@ fn connect_name_on(n: &Arc<NodeShared>, name: &str) -> Result<NodeId, Error> {
 /// (`"kv@127.0.0.3:4370"`), as [`connect`](crate::connect) does to an
 /// address; the node there must have that name. A name without an address
 /// (`"kv@127.0.0.1"`) is found among the nodes this node has been connected
-/// to (their names and addresses are remembered).
+/// to (their names and addresses are remembered), else on graft's fixed
+/// port, [`discovery::DEFAULT_PORT`](crate::discovery::DEFAULT_PORT) (no
+/// port mapper needed).
 ///
 /// # Errors
 ///

@@ -72,6 +72,7 @@ pub struct NodeConfig {
     pub(crate) max_spare_workers: Option<usize>,
     pub(crate) busy_dist_limit: usize,
     pub(crate) tls: Option<graft_net::TlsConfig>,
+    pub(crate) discovery: Option<crate::discovery::DiscoveryConfig>,
 }
 
 impl NodeConfig {
@@ -95,6 +96,7 @@ impl NodeConfig {
             long_schedule: Duration::from_millis(10),
             max_spare_workers: None,
             busy_dist_limit: 1 << 20,
+            discovery: None,
             tls: None,
         }
     }
@@ -272,6 +274,41 @@ impl NodeConfig {
     /// `dist_buf_busy_limit`).
     pub fn busy_dist_limit(mut self, bytes: usize) -> NodeConfig {
         self.busy_dist_limit = bytes;
+        self
+    }
+    /// Find the cluster's nodes through `source`, polled every 5 s (see
+    /// [`discovery`](crate::discovery) and [`NodeConfig::discovery_interval`]).
+    ///
+    /// ```
+    /// let seeds = graft::discovery::StaticSeeds::parse(["127.0.0.2:4370"]).unwrap();
+    /// let cfg = graft::NodeConfig::new("127.0.0.1:0").discovery(seeds);
+    /// # let _ = cfg;
+    /// ```
+    pub fn discovery(mut self, source: impl crate::discovery::Discovery) -> NodeConfig {
+        let interval = self
+            .discovery
+            .as_ref()
+            .map_or(crate::discovery::DEFAULT_INTERVAL, |d| d.interval);
+        self.discovery = Some(crate::discovery::DiscoveryConfig {
+            source: Arc::new(parking_lot::Mutex::new(Box::new(source))),
+            interval,
+        });
+        self
+    }
+    /// How often the [`discovery`](NodeConfig::discovery) source is polled
+    /// (default 5 s; at least 10 ms). Set it after `discovery`.
+    ///
+    /// ```
+    /// let seeds = graft::discovery::StaticSeeds::parse(["127.0.0.2:4370"]).unwrap();
+    /// let cfg = graft::NodeConfig::new("127.0.0.1:0")
+    ///     .discovery(seeds)
+    ///     .discovery_interval(std::time::Duration::from_secs(1));
+    /// # let _ = cfg;
+    /// ```
+    pub fn discovery_interval(mut self, every: Duration) -> NodeConfig {
+        if let Some(d) = &mut self.discovery {
+            d.interval = every.max(Duration::from_millis(10));
+        }
         self
     }
 }
@@ -837,6 +874,14 @@ impl Node {
                 .name("graft-sysmon".into())
                 .spawn(move || s.sysmon.run(&s))?,
         );
+        if let Some(d) = config.discovery.clone() {
+            let s = Arc::downgrade(&shared);
+            threads.push(
+                std::thread::Builder::new()
+                    .name("graft-discovery".into())
+                    .spawn(move || crate::discovery::run(s, d))?,
+            );
+        }
         let s = shared.clone();
         threads.push(
             std::thread::Builder::new()

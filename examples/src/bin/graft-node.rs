@@ -14,6 +14,11 @@
 //! `/metrics`; `--observer-token T` requires a token), printing
 //! `observer on http://ADDR/`.
 //!
+//! Discovery (see `graft::discovery`): `--seeds ADDR_OR_NAME,...`,
+//! `--seed-file PATH` (one seed per line, read again at every poll) or
+//! `--dns NAME[:PORT]` (every address of NAME, default port 4370), polled
+//! every `--discovery-every MS` (default 5000).
+//!
 //! `graft-node top --node ADDR [--cookie C] [--count N] [--every MS]`
 //! joins the node at ADDR and prints its busiest processes, refreshing, like
 //! Erlang's `etop`.
@@ -32,7 +37,11 @@ fn main() {
         std::process::exit(graft_examples::top::run(&args));
     }
     let args = NodeArgs::from_env("graft-node");
-    let node = match Node::start(args.config()) {
+    let config = with_discovery(args.config(), &args).unwrap_or_else(|e| {
+        eprintln!("graft-node: {e}");
+        std::process::exit(2)
+    });
+    let node = match Node::start(config) {
         Ok(n) => n,
         Err(e) => {
             eprintln!("graft-node: cannot start: {e}");
@@ -85,4 +94,27 @@ fn main() {
     loop {
         std::thread::park();
     }
+}
+
+/// The discovery flags, if any, on top of `cfg`.
+fn with_discovery(cfg: NodeConfig, args: &NodeArgs) -> Result<NodeConfig, String> {
+    let cfg = if let Some(list) = args.get("--seeds") {
+        let seeds = discovery::StaticSeeds::parse(list.split(',').filter(|s| !s.is_empty()))
+            .map_err(|e| format!("--seeds: {e}"))?;
+        cfg.discovery(seeds)
+    } else if let Some(path) = args.get("--seed-file") {
+        cfg.discovery(discovery::SeedFile::new(path))
+    } else if let Some(name) = args.get("--dns") {
+        let (host, port) = match name.rsplit_once(':') {
+            Some((h, p)) => (h, p.parse().map_err(|e| format!("--dns {name:?}: {e}"))?),
+            None => (name, discovery::DEFAULT_PORT),
+        };
+        cfg.discovery(discovery::Dns::new(host, port))
+    } else {
+        return Ok(cfg);
+    };
+    Ok(match args.num::<u64>("--discovery-every") {
+        Some(ms) => cfg.discovery_interval(std::time::Duration::from_millis(ms)),
+        None => cfg,
+    })
 }
