@@ -18,7 +18,7 @@
 //! [`RemoteReply`] back through the caller's request alias; a late reply
 //! dies at the alias.
 
-use crate::gen_server::CallError;
+use crate::gen_server::{mismatch_error, CallError};
 use graft::{
     demonitor_flush_after, mark, monitor, receive, send, Alias, ExitReason, Message, MonitorRef,
     Pid, ProcessDied,
@@ -361,22 +361,63 @@ fn take_reply<R: Message>(tag: MonitorRef, m: graft::Mark) -> Option<R> {
         .timeout(Duration::ZERO)
 }
 
-/// A call to `to` on another node: `request` builds the encoded request
-/// around the caller's request alias. `Ok` holds what the callee answered
-/// (the encoded reply, or its refusal); `Err` why there is no answer.
-pub(crate) fn call_remote<M: Message>(
+/// A call to `to` on another node: `req` is encoded, `request` builds the
+/// message around it, the caller's request alias and its reply type's
+/// descriptor id, and the encoded reply (or the callee's refusal) is
+/// decoded as `R`.
+pub(crate) fn call_remote<C: Message, R: Message, M: Message>(
     to: Pid,
+    req: C,
     timeout: Option<Duration>,
-    request: impl FnOnce(Alias) -> M,
-) -> Result<Result<Vec<u8>, RemoteFail>, CallError> {
-    let sent = graft::send_request(to, request).map_err(|e| CallError::Remote(e.to_string()))?;
-    match graft::receive_response::<RemoteReply>(sent, timeout) {
-        Ok(r) => Ok(r.result),
-        Err(graft::RequestError::Timeout) => Err(CallError::Timeout),
-        Err(graft::RequestError::NoProc) => Err(CallError::NoProc),
-        Err(graft::RequestError::NoConnection(_)) => Err(CallError::NoConnection),
-        Err(graft::RequestError::Died(r)) => Err(CallError::from_exit(r)),
-        Err(graft::RequestError::Refused(why)) => Err(CallError::Remote(why)),
+    request: impl FnOnce(Vec<u8>, Alias, u64) -> M,
+) -> Result<R, CallError> {
+    let bytes = req
+        .encode_remote()
+        .map_err(|e| CallError::Remote(e.to_string()))?
+        .1;
+    let Some(reply) = R::remote_descriptor() else {
+        return Err(CallError::Remote(format!(
+            "the reply type {} is local-only and cannot come from another node",
+            std::any::type_name::<R>()
+        )));
+    };
+    let sent = graft::send_request(to, |from| request(bytes, from, reply))
+        .map_err(|e| CallError::Remote(e.to_string()))?;
+    let answer = match graft::receive_response::<RemoteReply>(sent, timeout) {
+        Ok(r) => r.result,
+        Err(graft::RequestError::Timeout) => return Err(CallError::Timeout),
+        Err(graft::RequestError::NoProc) => return Err(CallError::NoProc),
+        Err(graft::RequestError::NoConnection(_)) => return Err(CallError::NoConnection),
+        Err(graft::RequestError::Died(r)) => return Err(CallError::from_exit(r)),
+        Err(graft::RequestError::Refused(why)) => return Err(CallError::Remote(why)),
+    };
+    decode_remote_reply::<C, R>(answer)
+}
+
+/// The caller's side of a remote call's answer: the reply decoded, or the
+/// callee's refusal (a type mismatch names the first difference between
+/// the callee's types and the caller's `C`/`R`).
+fn decode_remote_reply<C: Message, R: Message>(
+    answer: Result<Vec<u8>, RemoteFail>,
+) -> Result<R, CallError> {
+    match answer {
+        Ok(bytes) => R::decode_remote(&bytes).map_err(|e| CallError::Remote(e.to_string())),
+        Err(RemoteFail::Error(e)) => Err(e),
+        Err(RemoteFail::Mismatch {
+            reply,
+            server,
+            expected,
+            form,
+        }) => {
+            let (found, mine) = if reply {
+                (std::any::type_name::<R>(), R::full_descriptor())
+            } else {
+                (std::any::type_name::<C>(), C::full_descriptor())
+            };
+            let diff = mine
+                .and_then(|d| graft::graph::Descriptor::first_difference_in(&form, d.readable()));
+            Err(mismatch_error(&server, reply, &expected, found, diff))
+        }
     }
 }
 

@@ -916,22 +916,9 @@ impl<P: Protocol> Server<P> {
         req: P::Call,
         timeout: Option<Duration>,
     ) -> Result<P::Reply, CallError> {
-        let bytes = req
-            .encode_remote()
-            .map_err(|e| CallError::Remote(e.to_string()))?
-            .1;
-        let Some(reply) = P::Reply::remote_descriptor() else {
-            return Err(CallError::Remote(format!(
-                "the reply type {} is local-only and cannot come from another node",
-                std::any::type_name::<P::Reply>()
-            )));
-        };
-        let answer = call::call_remote(self.pid, timeout, |from| RemoteRequest::Call {
-            bytes,
-            from,
-            reply,
-        })?;
-        decode_remote_reply::<P::Call, P::Reply>(answer)
+        call::call_remote::<P::Call, P::Reply, _>(self.pid, req, timeout, |bytes, from, reply| {
+            RemoteRequest::Call { bytes, from, reply }
+        })
     }
 
     /// Sends the server a cast (never blocks, never fails: a cast to a dead
@@ -979,33 +966,6 @@ impl<P: Protocol> Server<P> {
                 send(pid, StopRequest(reason));
             }
         })
-    }
-}
-
-/// The caller's side of a remote call's answer: the reply decoded, or the
-/// callee's refusal (a type mismatch names the first difference between
-/// the callee's types `C`/`R` and the caller's).
-pub(crate) fn decode_remote_reply<C: Message, R: Message>(
-    answer: Result<Vec<u8>, RemoteFail>,
-) -> Result<R, CallError> {
-    match answer {
-        Ok(bytes) => R::decode_remote(&bytes).map_err(|e| CallError::Remote(e.to_string())),
-        Err(RemoteFail::Error(e)) => Err(e),
-        Err(RemoteFail::Mismatch {
-            reply,
-            server,
-            expected,
-            form,
-        }) => {
-            let (found, mine) = if reply {
-                (std::any::type_name::<R>(), R::full_descriptor())
-            } else {
-                (std::any::type_name::<C>(), C::full_descriptor())
-            };
-            let diff = mine
-                .and_then(|d| graft::graph::Descriptor::first_difference_in(&form, d.readable()));
-            Err(mismatch_error(&server, reply, &expected, found, diff))
-        }
     }
 }
 

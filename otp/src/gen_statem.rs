@@ -119,7 +119,7 @@
 //! ```
 
 use crate::call;
-use crate::gen_server::{decode_remote_reply, CallError, StartError};
+use crate::gen_server::{CallError, StartError};
 use crate::supervisor::ChildSpec;
 use graft::{
     cancel_timer, demonitor_flush, exit_self, receive, register, self_pid, send, send_after,
@@ -673,22 +673,9 @@ impl<M: GenStatem> Statem<M> {
     /// monitor, one encoded reply through the caller's alias.
     #[cold]
     fn call_remote(&self, req: M::Call, timeout: Option<Duration>) -> Result<M::Reply, CallError> {
-        let bytes = req
-            .encode_remote()
-            .map_err(|e| CallError::Remote(e.to_string()))?
-            .1;
-        let Some(reply) = M::Reply::remote_descriptor() else {
-            return Err(CallError::Remote(format!(
-                "the reply type {} is local-only and cannot come from another node",
-                std::any::type_name::<M::Reply>()
-            )));
-        };
-        let answer = call::call_remote(self.pid, timeout, |from| StatemRemoteRequest::Call {
-            bytes,
-            from,
-            reply,
-        })?;
-        decode_remote_reply::<M::Call, M::Reply>(answer)
+        call::call_remote::<M::Call, M::Reply, _>(self.pid, req, timeout, |bytes, from, reply| {
+            StatemRemoteRequest::Call { bytes, from, reply }
+        })
     }
 
     /// Sends the machine a cast (an [`Event::Cast`]); never blocks, never

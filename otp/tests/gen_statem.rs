@@ -766,12 +766,18 @@ mod lifecycle {
     }
 }
 
-#[test]
-fn a_machine_on_another_node_is_called_cast_to_and_stopped() {
+/// Two connected nodes; `b`'s id.
+fn two_nodes() -> (Node, Node, NodeId) {
     let _ = env_logger::builder().is_test(true).try_init();
     let cfg = || NodeConfig::new("127.0.0.1:0").cookie("statem").workers(2);
     let (a, b) = (Node::start(cfg()).unwrap(), Node::start(cfg()).unwrap());
     let b_id = a.connect(b.addr()).unwrap();
+    (a, b, b_id)
+}
+
+#[test]
+fn a_machine_on_another_node_is_called_cast_to_and_stopped() {
+    let (a, b, b_id) = two_nodes();
     a.run(move || {
         let sw = gen_statem::start_on(b_id, Switch { flips: 0 }).unwrap();
         assert_eq!(sw.pid().node(), b_id);
@@ -854,10 +860,7 @@ impl GenStatem for Liar {
 
 #[test]
 fn a_remote_call_expecting_another_reply_type_is_refused_with_a_reason() {
-    let _ = env_logger::builder().is_test(true).try_init();
-    let cfg = || NodeConfig::new("127.0.0.1:0").cookie("statem").workers(2);
-    let (a, b) = (Node::start(cfg()).unwrap(), Node::start(cfg()).unwrap());
-    let b_id = a.connect(b.addr()).unwrap();
+    let (a, b, b_id) = two_nodes();
     a.run(move || {
         let sw = gen_statem::start_on(b_id, Switch { flips: 0 }).unwrap();
         graft::unlink(sw.pid());
