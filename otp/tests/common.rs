@@ -13,6 +13,35 @@ pub fn node(workers: usize) -> Node {
     Node::start(NodeConfig::new("127.0.0.1:0").workers(workers)).expect("node starts")
 }
 
+/// A node for the cluster tests: cookie `cookie`, 2 workers, 300 ms
+/// heartbeats (node loss is seen within about a second).
+pub fn cluster_node(cookie: &str) -> Node {
+    let _ = env_logger::builder().is_test(true).try_init();
+    Node::start(
+        NodeConfig::new("127.0.0.1:0")
+            .cookie(cookie)
+            .workers(2)
+            .heartbeat(Duration::from_millis(300)),
+    )
+    .expect("node")
+}
+
+/// Polls `f` from outside the nodes until it holds; panics after 30 s.
+pub fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    let t = Instant::now();
+    while !f() {
+        assert!(t.elapsed() < Duration::from_secs(30), "never: {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A process that waits until it is sent `()`.
+pub fn idle() -> graft::Pid {
+    graft::spawn(|| {
+        graft::expect::<()>();
+    })
+}
+
 /// Polls `cond` (inside a process) until it holds; panics after [`HANG`].
 pub fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
     let deadline = Instant::now() + HANG;

@@ -1,35 +1,13 @@
 //! global: cluster-wide names on one node, on three (concurrent claims),
 //! and through a partition of four with a conflict at the merge.
 
+mod common;
+
+use common::{cluster_node as node, eventually, idle};
 use graft_otp::global::{self, GlobalError};
 use graft_otp::graft::testing;
 use graft_otp::prelude::*;
 use std::time::{Duration, Instant};
-
-fn node(cookie: &str) -> Node {
-    let _ = env_logger::builder().is_test(true).try_init();
-    Node::start(
-        NodeConfig::new("127.0.0.1:0")
-            .cookie(cookie)
-            .workers(2)
-            .heartbeat(Duration::from_millis(300)),
-    )
-    .expect("node")
-}
-
-fn eventually(what: &str, mut f: impl FnMut() -> bool) {
-    let t = Instant::now();
-    while !f() {
-        assert!(t.elapsed() < Duration::from_secs(30), "never: {what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-fn idle() -> Pid {
-    spawn(|| {
-        expect::<()>();
-    })
-}
 
 fn cluster(n: usize, cookie: &str) -> Vec<Node> {
     let ns: Vec<Node> = (0..n).map(|_| node(cookie)).collect();

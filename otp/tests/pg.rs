@@ -1,38 +1,15 @@
 //! pg: process groups on one node, on three, and through a partition of
 //! four.
 
+mod common;
+
+use common::{cluster_node as node, eventually, idle};
 use graft_otp::graft::testing;
 use graft_otp::pg::{self, PgError, PgEvent};
 use graft_otp::prelude::*;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const S: &str = pg::DEFAULT_SCOPE;
-
-fn node(cookie: &str) -> Node {
-    let _ = env_logger::builder().is_test(true).try_init();
-    Node::start(
-        NodeConfig::new("127.0.0.1:0")
-            .cookie(cookie)
-            .workers(2)
-            .heartbeat(Duration::from_millis(300)),
-    )
-    .expect("node")
-}
-
-fn eventually(what: &str, mut f: impl FnMut() -> bool) {
-    let t = Instant::now();
-    while !f() {
-        assert!(t.elapsed() < Duration::from_secs(30), "never: {what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-/// A process that waits until told to stop.
-fn idle() -> Pid {
-    spawn(|| {
-        expect::<()>();
-    })
-}
 
 fn members(n: &Node, group: &'static str) -> Vec<Pid> {
     let mut v = n.run(move || pg::get_members(S, group)).unwrap();
