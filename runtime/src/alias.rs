@@ -30,8 +30,8 @@
 //! assert_eq!(got, Ok(42));
 //! ```
 
-use crate::api::{current, node};
 use crate::context;
+use crate::context::{current, node};
 use crate::dist::{Ctl, KIND_ALIAS, KIND_REQUEST};
 use crate::error::Error;
 use crate::exit::{ExitReason, ProcessDied};

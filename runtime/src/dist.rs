@@ -80,7 +80,7 @@ pub(crate) fn queue(sender: &PeerSender, kind: u8, payload: &[u8]) -> Result<(),
         Ok(())
     };
     if payload.len() >= BIG_FRAME {
-        crate::api::on_worker_stack(send)
+        crate::context::on_worker_stack(send)
     } else {
         send()
     }
@@ -945,13 +945,13 @@ fn remote_spawn(
         ..SpawnSpec::default()
     };
     let pid = n.spawn(spec, move || {
-        let me = crate::api::self_pid();
+        let me = crate::context::self_pid();
         let reply = Ctl::SpawnReply {
             req,
             result: Ok(me),
             linked: link.is_some(),
         };
-        let _ = crate::api::node().dist.send_ctl(from, &reply);
+        let _ = crate::context::node().dist.send_ctl(from, &reply);
         f.call()
     })?;
     if let Some(remote) = link {

@@ -38,7 +38,7 @@
 //! };
 //! ```
 
-use crate::api::current;
+use crate::context::current;
 
 /// Bytes kept below the caller's frame, for the frames `hibernate` itself
 /// calls (the `madvise` wrapper needs far less).

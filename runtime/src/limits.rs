@@ -52,8 +52,8 @@ pub enum Overflow {
 ///
 /// Outside a process.
 pub fn dropped_messages(pid: Pid) -> Option<u64> {
-    let _ = crate::api::current("dropped_messages");
-    crate::api::node().local_process(pid).map(|p| {
+    let _ = crate::context::current("dropped_messages");
+    crate::context::node().local_process(pid).map(|p| {
         p.limit
             .as_ref()
             .map_or(0, |l| l.dropped.load(crate::loom::Ordering::Relaxed))

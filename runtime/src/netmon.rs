@@ -349,8 +349,8 @@ pub(crate) fn name_placeholder(node: NodeId) -> Pid {
 /// assert!(up);
 /// ```
 pub fn monitor_nodes(on: bool) {
-    let me = crate::api::current("monitor_nodes").pid;
-    let n = crate::api::node();
+    let me = crate::context::current("monitor_nodes").pid;
+    let n = crate::context::node();
     let mut s = n.dist.mon.state.lock();
     s.all.retain(|p| *p != me);
     if on {
@@ -377,8 +377,8 @@ pub fn monitor_nodes(on: bool) {
 /// assert_eq!(d.reason, "noconnection");
 /// ```
 pub fn monitor_node(node: NodeId, on: bool) {
-    let me = crate::api::current("monitor_node");
-    let n = crate::api::node();
+    let me = crate::context::current("monitor_node");
+    let n = crate::context::node();
     if !on {
         let mut s = n.dist.mon.state.lock();
         if let Some(v) = s.node_monitors.get_mut(&node) {
@@ -431,8 +431,8 @@ pub fn monitor_node(node: NodeId, on: bool) {
 /// assert_eq!(r, (true, ExitReason::NoProc));
 /// ```
 pub fn monitor_name(name: &str, node: NodeId) -> MonitorRef {
-    let me = crate::api::current("monitor_name");
-    let n = crate::api::node();
+    let me = crate::context::current("monitor_name");
+    let n = crate::context::node();
     if node == n.id {
         if let Some(pid) = n.registry.lookup(name) {
             return crate::api::monitor(pid);

@@ -143,8 +143,8 @@ pub enum SysMonEvent {
 /// node.shutdown();
 /// ```
 pub fn system_monitor(pid: Pid, config: SysMonConfig) -> Option<(Pid, SysMonConfig)> {
-    let _ = crate::api::current("system_monitor");
-    crate::api::node().sysmon.subscribe(Some((pid, config)))
+    let _ = crate::context::current("system_monitor");
+    crate::context::node().sysmon.subscribe(Some((pid, config)))
 }
 
 /// Removes this node's system monitor subscriber; returns it.
@@ -153,8 +153,8 @@ pub fn system_monitor(pid: Pid, config: SysMonConfig) -> Option<(Pid, SysMonConf
 ///
 /// Outside a process.
 pub fn system_monitor_off() -> Option<(Pid, SysMonConfig)> {
-    let _ = crate::api::current("system_monitor_off");
-    crate::api::node().sysmon.subscribe(None)
+    let _ = crate::context::current("system_monitor_off");
+    crate::context::node().sysmon.subscribe(None)
 }
 
 /// Per worker slot: what the monitor saw last.

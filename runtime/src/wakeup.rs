@@ -169,16 +169,16 @@ fn check_signals(me: &Process) {
 fn park_process(me: &Process, deadline: Option<Instant>) {
     check_signals(me);
     match deadline {
-        None => crate::api::park_current(me),
+        None => crate::context::park_current(me),
         Some(d) => {
             if Instant::now() >= d {
                 return;
             }
-            let node = crate::api::node();
+            let node = crate::context::node();
             let t = node.add_timer(d, Action::Wake(me.pid));
-            crate::api::park_current(me);
+            crate::context::park_current(me);
             // Re-read the node: the process may run on another worker now.
-            crate::api::node().timers.cancel(t);
+            crate::context::node().timers.cancel(t);
         }
     }
     check_signals(me);

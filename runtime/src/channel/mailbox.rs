@@ -18,8 +18,8 @@
 //! dead process is.
 
 use super::{take_waiters, wake_all, Chan, ReceivePort};
-use crate::api::current;
 use crate::context;
+use crate::context::current;
 use crate::node::NodeShared;
 use crate::pid::{MonitorRef, Pid};
 use crate::process::Mail;

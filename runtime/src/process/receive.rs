@@ -5,7 +5,7 @@
 //! so matching is static dispatch with no allocation. Each wake-up scans only
 //! the mail that arrived since the last scan of the same receive.
 
-use crate::api::{current, park_current};
+use crate::context::{current, park_current};
 use crate::process::Mail;
 use crate::sched::timer::Action;
 use crate::Message;
@@ -452,13 +452,13 @@ fn receive_until<R, C: Clauses<R>>(
                 break None;
             }
             if timer.is_none() {
-                timer = Some(crate::api::node().add_timer(d, Action::Wake(me.pid)));
+                timer = Some(crate::context::node().add_timer(d, Action::Wake(me.pid)));
             }
         }
         park_current(me);
     };
     if let Some(t) = timer {
-        crate::api::node().timers.cancel(t);
+        crate::context::node().timers.cancel(t);
     }
     found.map(|(i, m)| clauses.run(i, m))
 }
