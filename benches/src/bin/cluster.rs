@@ -1,0 +1,266 @@
+//! cluster: N nodes on loopback in a few OS processes (the cluster's shape,
+//! not its messages). For each N (16 and 64; `GRAFT_CLUSTER_N=16,64,128`
+//! to choose) it prints, with the N in the metric's name:
+//!
+//! - `formation_ms_nN`: from starting the OS processes until every node
+//!   sees the N-1 others (they find each other through discovery: static
+//!   seeds naming the first node, then the mesh's own transitive connects);
+//! - `connections_per_node_nN`, `threads_per_node_nN`, `rss_mb_per_node_nN`
+//!   (threads and RSS of the hosting processes, divided by their nodes);
+//! - `heartbeat_cpu_percent_nN`: CPU of the idle cluster over 2 s, per
+//!   node, in percent of one core;
+//! - `detect_ms_nN`: one hosting process is killed (`SIGKILL`: its sockets
+//!   are closed by the kernel), until every other node has dropped its
+//!   nodes.
+//!
+//! The parent re-executes itself as `cluster --host K --nodes M --seed ADDR
+//! --n N`: each host starts M nodes, prints `ready <unix ms>` once all its
+//! nodes see N-1 peers, then answers `stats` and `watch` on stdin.
+
+use graft::discovery::StaticSeeds;
+use graft::{Node, NodeConfig};
+use graft_benches::{report, rss_bytes};
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+const HOSTS: usize = 4;
+
+fn unix_ms() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs_f64()
+        * 1000.0
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("--host") {
+        host(&args[1..]);
+        return;
+    }
+    let sizes: Vec<usize> = std::env::var("GRAFT_CLUSTER_N")
+        .ok()
+        .map(|v| v.split(',').filter_map(|s| s.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![16, 64]);
+    for n in sizes {
+        run(n.max(HOSTS));
+    }
+}
+
+struct Host {
+    child: Child,
+    stdin: ChildStdin,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl Host {
+    fn expect(&self, prefix: &str) -> String {
+        loop {
+            let l = self
+                .lines
+                .recv_timeout(Duration::from_secs(120))
+                .unwrap_or_else(|_| panic!("a host never said {prefix:?}"));
+            if let Some(rest) = l.strip_prefix(prefix) {
+                return rest.trim().to_string();
+            }
+        }
+    }
+    fn say(&mut self, what: &str) {
+        writeln!(self.stdin, "{what}").expect("the host reads");
+        self.stdin.flush().expect("the host reads");
+    }
+}
+
+fn run(n: usize) {
+    let seed = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port");
+    let exe = std::env::current_exe().expect("current_exe");
+    let t0 = unix_ms();
+    let mut hosts: Vec<Host> = (0..HOSTS)
+        .map(|k| {
+            let per = n / HOSTS + usize::from(k < n % HOSTS);
+            let mut child = Command::new(&exe)
+                .args(["--host", &k.to_string(), "--nodes", &per.to_string()])
+                .args(["--seed", &seed.to_string(), "--n", &n.to_string()])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("a host process");
+            let stdin = child.stdin.take().expect("stdin");
+            let out = BufReader::new(child.stdout.take().expect("stdout"));
+            let (tx, lines) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                for l in out.lines().map_while(Result::ok) {
+                    if tx.send(l).is_err() {
+                        break;
+                    }
+                }
+            });
+            Host {
+                child,
+                stdin,
+                lines,
+            }
+        })
+        .collect();
+    let ready = hosts
+        .iter()
+        .map(|h| h.expect("ready").parse::<f64>().expect("a time"))
+        .fold(0.0, f64::max);
+    report("cluster", &format!("formation_ms_n{n}"), "ms", ready - t0);
+    // Idle for 2 s, then each host tells what it holds.
+    std::thread::sleep(Duration::from_secs(2));
+    let (mut conns, mut threads, mut rss, mut cpu) = (0.0, 0.0, 0.0, 0.0);
+    for h in &mut hosts {
+        h.say("stats");
+        let v: Vec<f64> = h
+            .expect("stats")
+            .split_whitespace()
+            .map(|x| x.parse().expect("a figure"))
+            .collect();
+        conns += v[0];
+        threads += v[1];
+        rss += v[2];
+        cpu += v[3];
+    }
+    let nf = n as f64;
+    report(
+        "cluster",
+        &format!("connections_per_node_n{n}"),
+        "count",
+        conns / nf,
+    );
+    report(
+        "cluster",
+        &format!("threads_per_node_n{n}"),
+        "count",
+        threads / nf,
+    );
+    report(
+        "cluster",
+        &format!("rss_mb_per_node_n{n}"),
+        "MB",
+        rss / nf / 1e6,
+    );
+    report(
+        "cluster",
+        &format!("heartbeat_cpu_percent_n{n}"),
+        "%",
+        cpu / nf,
+    );
+    // Kill the last host; the others report when they no longer see it.
+    for h in &mut hosts[..HOSTS - 1] {
+        h.say("watch");
+        h.expect("watching");
+    }
+    let mut victim = hosts.pop().expect("a host");
+    let killed = unix_ms();
+    let _ = victim.child.kill();
+    let _ = victim.child.wait();
+    let detected = hosts
+        .iter()
+        .map(|h| h.expect("detected").parse::<f64>().expect("a time"))
+        .fold(0.0, f64::max);
+    report(
+        "cluster",
+        &format!("detect_ms_n{n}"),
+        "ms",
+        detected - killed,
+    );
+    for mut h in hosts {
+        h.say("exit");
+        let _ = h.child.wait();
+    }
+}
+
+fn flag<'a>(args: &'a [String], name: &str) -> &'a str {
+    let i = args.iter().position(|a| a == name).expect(name);
+    &args[i + 1]
+}
+
+fn cpu_seconds() -> f64 {
+    // SAFETY: `getrusage` writes into the struct it is given.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; RUSAGE_SELF is always valid.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+    let t = |v: libc::timeval| v.tv_sec as f64 + v.tv_usec as f64 / 1e6;
+    t(u.ru_utime) + t(u.ru_stime)
+}
+
+fn threads() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("Threads:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// One hosting OS process.
+fn host(args: &[String]) {
+    let k: usize = flag(args, "--host").parse().expect("--host K");
+    let m: usize = flag(args, "--nodes").parse().expect("--nodes M");
+    let n: usize = flag(args, "--n").parse().expect("--n N");
+    let seed = flag(args, "--seed").to_string();
+    let cfg = |listen: &str| {
+        NodeConfig::new(listen)
+            .cookie("cluster-bench")
+            .workers(1)
+            .default_logger(false)
+            .discovery(StaticSeeds::parse([seed.as_str()]).expect("the seed"))
+            .discovery_interval(Duration::from_millis(100))
+    };
+    let nodes: Vec<Node> = (0..m)
+        .map(|i| {
+            let listen = if k == 0 && i == 0 {
+                seed.clone()
+            } else {
+                "127.0.0.1:0".to_string()
+            };
+            Node::start(cfg(&listen)).expect("a node")
+        })
+        .collect();
+    let start = Instant::now();
+    while !nodes.iter().all(|x| x.nodes().len() >= n - 1) {
+        assert!(start.elapsed() < Duration::from_secs(110), "no full mesh");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let mut out = std::io::stdout();
+    let _ = writeln!(out, "ready {}", unix_ms());
+    let _ = out.flush();
+    let (cpu0, mut t0) = (cpu_seconds(), Instant::now());
+    let mut cpu_start = cpu0;
+    for line in std::io::stdin().lock().lines().map_while(Result::ok) {
+        match line.trim() {
+            "stats" => {
+                let conns: usize = nodes.iter().map(|x| x.nodes().len()).sum();
+                let cpu = (cpu_seconds() - cpu_start) / t0.elapsed().as_secs_f64() * 100.0;
+                let _ = writeln!(out, "stats {conns} {} {} {cpu}", threads(), rss_bytes());
+                (cpu_start, t0) = (cpu_seconds(), Instant::now());
+            }
+            "watch" => {
+                let before: Vec<usize> = nodes.iter().map(|x| x.nodes().len()).collect();
+                let _ = writeln!(out, "watching");
+                let _ = out.flush();
+                // The victim hosts n / HOSTS nodes (the last share).
+                let gone = n / HOSTS;
+                while !nodes
+                    .iter()
+                    .zip(&before)
+                    .all(|(x, b)| x.nodes().len() <= b - gone)
+                {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                let _ = writeln!(out, "detected {}", unix_ms());
+            }
+            _ => break,
+        }
+        let _ = out.flush();
+    }
+    for x in nodes {
+        x.shutdown();
+    }
+}
