@@ -340,6 +340,9 @@ pub(crate) enum NodeCommand {
 /// Everything one node's threads share.
 #[derive(Debug)]
 pub(crate) struct NodeShared {
+    /// Addresses a mesh connect is under way to (one connect per address,
+    /// however many peers announce it meanwhile).
+    pub(crate) joining: parking_lot::Mutex<ahash::AHashSet<SocketAddr>>,
     pub(crate) id: NodeId,
     pub(crate) creation: u32,
     pub(crate) name: String,
@@ -807,6 +810,7 @@ impl Node {
             live_lock: Mutex::new(()),
             live_cv: Condvar::new(),
             stopping: AtomicBool::new(false),
+            joining: Default::default(),
             stats: crate::stats::NodeStats::new(config.workers),
         });
         // Reads the table of mobile functions now (and warns now if there
@@ -1178,18 +1182,23 @@ impl Drop for Node {
     }
 }
 
-/// Connects to a node a peer told us of, unless connected already.
+/// Connects to a node a peer told us of (`should_join` said it should).
 fn join_mesh(node: &NodeShared, addr: SocketAddr) {
+    if let Err(e) = connect_transport(node, addr) {
+        log::warn!("graft: {} cannot join {addr}: {e}", node.name);
+    }
+    node.joining.lock().remove(&addr);
+}
+
+/// Whether a mesh connect to `addr` should start: not connected there, not
+/// stopping, and no connect to it already under way (which it then is).
+fn should_join(node: &NodeShared, addr: SocketAddr) -> bool {
     let known = node
         .dist
         .nodes()
         .into_iter()
         .any(|n| node.dist.peer_info(n).is_some_and(|(_, a)| a == addr));
-    if !known && !node.stopping.load(Ordering::Relaxed) {
-        if let Err(e) = connect_transport(node, addr) {
-            log::warn!("graft: {} cannot join {addr}: {e}", node.name);
-        }
-    }
+    !known && !node.stopping.load(Ordering::Relaxed) && node.joining.lock().insert(addr)
 }
 
 /// The node loop: drains the command queue.
@@ -1198,6 +1207,7 @@ fn node_loop(node: &Arc<NodeShared>, rx: Receiver<NodeCommand>) {
         match cmd {
             NodeCommand::Stop => return,
             NodeCommand::PeerDown { node: id, peer } => dist::node_lost(node, id, peer),
+            NodeCommand::Connect(addr) if !should_join(node, addr) => {}
             NodeCommand::Connect(addr) => {
                 // Off the loop: a connect can wait its whole timeout (an
                 // address that never answers), and lost peers must not
