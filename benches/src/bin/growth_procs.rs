@@ -150,8 +150,8 @@ fn main() {
         eprintln!("growth_procs: vm.max_map_count too low ({e})");
         std::process::exit(2);
     }
-    let node = Node::start(NodeConfig::new("127.0.0.1:0").max_processes(1_300_000))
-        .expect("node starts");
+    let node =
+        Node::start(NodeConfig::new("127.0.0.1:0").max_processes(1_300_000)).expect("node starts");
     node.run(move || {
         let main = self_pid();
         let pick = |all: &[usize]| -> Vec<usize> {
