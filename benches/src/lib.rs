@@ -21,6 +21,23 @@ pub fn report(bench: &str, metric: &str, unit: &str, value: f64) {
     );
 }
 
+/// With `GRAFT_PERF_CTL=<fifo>` set (perf record's `--control=fifo:<fifo>`,
+/// started with `-D -1`), tells perf to start (`"enable"`) or stop
+/// (`"disable"`) sampling, so that a profile covers only a bench's timed
+/// phase. Does nothing otherwise.
+///
+/// ```
+/// graft_benches::perf_ctl("enable"); // no GRAFT_PERF_CTL: nothing happens
+/// ```
+pub fn perf_ctl(cmd: &str) {
+    if let Some(path) = std::env::var_os("GRAFT_PERF_CTL") {
+        if let Ok(mut f) = std::fs::OpenOptions::new().write(true).open(path) {
+            use std::io::Write;
+            let _ = writeln!(f, "{cmd}");
+        }
+    }
+}
+
 /// Resident set size of this process, from `/proc/self/status`.
 pub fn rss_bytes() -> i64 {
     let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();

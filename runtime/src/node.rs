@@ -581,9 +581,12 @@ impl NodeShared {
         // SAFETY: called by the worker that ran the process, right after its
         // body returned: it is still in the table (run_queue.rs).
         let pid = unsafe { r.process() }.pid;
-        // Our own count: the table's goes below, and the process must live
-        // to the end of this function.
-        let Some(p) = self.table.get(pid.serial()) else {
+        // Out of the table first, in one write lock (no lookup before it):
+        // the entry's count is ours now and keeps the process alive to the
+        // end of this function. From here a send finds no process (the mail
+        // is dropped, as for any dead pid) and a new link or monitor is
+        // answered with `NoProc`, as once `exited` is set below.
+        let Some(p) = self.table.remove(pid.serial()) else {
             log::error!("graft: process {pid} finished but is not in the table");
             return;
         };
@@ -606,7 +609,6 @@ impl NodeShared {
         if let Some(n) = name {
             self.registry.remove_if(&n, p.pid);
         }
-        self.table.remove(p.pid.serial());
         let unread = p.mailbox.close();
         // SAFETY: the process has stopped running; nobody else uses `local`.
         let local = unsafe { p.local() };

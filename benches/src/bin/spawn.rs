@@ -2,7 +2,7 @@
 //! Figures: us_per_spawn, bytes_per_idle_proc_rss, us_per_exit.
 
 use graft::*;
-use graft_benches::{report, rss_bytes};
+use graft_benches::{perf_ctl, report, rss_bytes};
 use std::time::Instant;
 
 const N: usize = 100_000;
@@ -30,6 +30,7 @@ fn main() {
             }
         }
         let rss1 = rss_bytes();
+        perf_ctl("enable");
         let t2 = Instant::now();
         for &p in &pids {
             send(p, ());
@@ -38,6 +39,7 @@ fn main() {
             expect::<()>();
         }
         let t3 = Instant::now();
+        perf_ctl("disable");
         report(
             "spawn",
             "us_per_spawn",
