@@ -153,7 +153,11 @@ impl Pending {
                     }
                 }
             };
-            let hs = self.hs.get_or_insert_with(|| Handshake::acceptor(me));
+            let binding = match &self.tls {
+                Some(crate::tls::PendingTls::Up(up)) => Some(up.binding),
+                _ => None,
+            };
+            let hs = (self.hs).get_or_insert_with(|| Handshake::acceptor_bound(me, binding));
             let step = hs.feed(data);
             if let Err(e) = self.flush() {
                 return Driven::Failed(e);
