@@ -251,7 +251,9 @@ fn noise(
 ) -> Result<Box<snow::HandshakeState>, NetError> {
     let params: snow::params::NoiseParams = NOISE.parse().expect("a valid Noise protocol name");
     let prologue = prologue(binding);
-    let b = snow::Builder::new(params).psk(0, psk).prologue(&prologue);
+    let b = snow::Builder::with_resolver(params, Box::new(crate::noise_crypto::Resolver))
+        .psk(0, psk)
+        .prologue(&prologue);
     let hs = if initiator {
         b.build_initiator()
     } else {

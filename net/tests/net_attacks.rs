@@ -283,7 +283,11 @@ fn replayed_spliced_and_reflected_handshakes_are_refused() {
 /// The first `n` frames of a recording (the handshake's), exactly `n`.
 fn handshake_frames(rec: &Recording, n: usize) -> Vec<(u8, Vec<u8>)> {
     let all = frames(&rec.lock().unwrap());
-    assert!(all.len() >= n, "{} of {n} handshake frames recorded", all.len());
+    assert!(
+        all.len() >= n,
+        "{} of {n} handshake frames recorded",
+        all.len()
+    );
     all.into_iter().take(n).collect()
 }
 

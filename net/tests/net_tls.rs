@@ -330,8 +330,8 @@ mod relay {
     use std::time::{Duration, Instant};
 
     use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
+    use rustls::{version::TLS13, StreamOwned};
     use rustls::{ClientConfig, ClientConnection, RootCertStore, ServerConfig, ServerConnection};
-    use rustls::{StreamOwned, version::TLS13};
 
     /// What the relay saw: cookie-handshake bytes each way.
     #[derive(Debug, Default)]
@@ -375,15 +375,9 @@ mod relay {
             s.set_read_timeout(Some(Duration::from_millis(5))).unwrap();
             s.set_nodelay(true).unwrap();
         }
-        let mut a = StreamOwned::new(
-            ServerConnection::new(Arc::new(server)).unwrap(),
-            from_a,
-        );
+        let mut a = StreamOwned::new(ServerConnection::new(Arc::new(server)).unwrap(), from_a);
         let name = ServerName::IpAddress(to.ip().into());
-        let mut b = StreamOwned::new(
-            ClientConnection::new(Arc::new(client), name).unwrap(),
-            to_b,
-        );
+        let mut b = StreamOwned::new(ClientConnection::new(Arc::new(client), name).unwrap(), to_b);
         let mut seen = Seen::default();
         let until = Instant::now() + limit;
         let mut buf = [0u8; 16 << 10];
