@@ -10,8 +10,23 @@
 //! exposed), and is consumed by its one Diffie-Hellman, so each ephemeral
 //! key is used once and dropped with its handshake (forward secrecy as
 //! with the default resolver).
+//!
+//! Making a key pair (a fixed-base scalar multiplication) is about as dear
+//! as the Diffie-Hellman itself, so it is done ahead of need: a small
+//! process-wide pool ([`POOL_SIZE`] key pairs) refilled by one background
+//! thread (`graft-net-keys`, parked while the pool is full). A handshake
+//! takes a key pair out of the pool (so each is used by one handshake,
+//! once) or, when the pool is empty, makes its own. A stranger cannot
+//! drain the pool: the acceptor makes its ephemeral key only after the
+//! initiator's first message opened with the cookie's key. What the pool
+//! changes for forward secrecy: at most [`POOL_SIZE`] not-yet-used private
+//! keys wait in memory, as the live handshakes' keys do; they are never
+//! written anywhere, and, as with snow's default resolver, not zeroised
+//! when dropped (ring does not promise it).
 
-use parking_lot::Mutex;
+use std::sync::OnceLock;
+
+use parking_lot::{Condvar, Mutex};
 use ring::agreement::{agree_ephemeral, EphemeralPrivateKey, UnparsedPublicKey, X25519};
 use snow::params::{CipherChoice, DHChoice, HashChoice};
 use snow::resolvers::{CryptoResolver, DefaultResolver};
@@ -40,6 +55,76 @@ impl CryptoResolver for Resolver {
     fn resolve_cipher(&self, choice: &CipherChoice) -> Option<Box<dyn Cipher>> {
         DefaultResolver.resolve_cipher(choice)
     }
+}
+
+/// Key pairs made ahead of need.
+pub(crate) const POOL_SIZE: usize = 4;
+
+/// The pool of key pairs and its refilling thread.
+struct Pool {
+    keys: Mutex<Vec<(EphemeralPrivateKey, [u8; 32])>>,
+    /// Signalled when a key pair is taken.
+    taken: Condvar,
+}
+
+/// The pool, its thread started on first use; `None` if the thread could
+/// not be started (every handshake then makes its own keys).
+fn pool() -> Option<&'static Pool> {
+    static POOL: OnceLock<Option<&'static Pool>> = OnceLock::new();
+    *POOL.get_or_init(|| {
+        let pool: &'static Pool = Box::leak(Box::new(Pool {
+            keys: Mutex::new(Vec::with_capacity(POOL_SIZE)),
+            taken: Condvar::new(),
+        }));
+        let started = std::thread::Builder::new()
+            .name("graft-net-keys".into())
+            .stack_size(64 << 10)
+            .spawn(move || pool.refill());
+        match started {
+            Ok(_) => Some(pool),
+            Err(e) => {
+                log::warn!("graft-net: no key pool thread ({e}); keys made in each handshake");
+                None
+            }
+        }
+    })
+}
+
+impl Pool {
+    /// The refilling thread: keeps the pool full, forever.
+    fn refill(&self) {
+        loop {
+            {
+                let mut keys = self.keys.lock();
+                while keys.len() >= POOL_SIZE {
+                    self.taken.wait(&mut keys);
+                }
+            }
+            // Made outside the lock, so a handshake never waits for it.
+            match make_key() {
+                Some(k) => self.keys.lock().push(k),
+                None => std::thread::sleep(std::time::Duration::from_millis(100)),
+            }
+        }
+    }
+
+    fn take(&self) -> Option<(EphemeralPrivateKey, [u8; 32])> {
+        let k = self.keys.lock().pop();
+        if k.is_some() {
+            self.taken.notify_one();
+        }
+        k
+    }
+}
+
+/// A fresh key pair from the system's random source.
+fn make_key() -> Option<(EphemeralPrivateKey, [u8; 32])> {
+    let rng = ring::rand::SystemRandom::new();
+    let k = EphemeralPrivateKey::generate(&X25519, &rng).ok()?;
+    let public = k.compute_public_key().ok()?;
+    let mut p = [0u8; 32];
+    p.copy_from_slice(public.as_ref());
+    Some((k, p))
 }
 
 /// An ephemeral X25519 key in ring: generated, then consumed by its one
@@ -71,17 +156,12 @@ impl Dh for Ephemeral25519 {
     }
 
     fn generate(&mut self, _rng: &mut dyn Random) {
-        let rng = ring::rand::SystemRandom::new();
-        let made = EphemeralPrivateKey::generate(&X25519, &rng).and_then(|k| {
-            let public = k.compute_public_key()?;
-            Ok((k, public))
-        });
-        match made {
-            Ok((k, public)) => {
-                self.public.copy_from_slice(public.as_ref());
+        match pool().and_then(Pool::take).or_else(make_key) {
+            Some((k, public)) => {
+                self.public = public;
                 *self.key.get_mut() = Some(k);
             }
-            Err(_) => {
+            None => {
                 // No key: the Diffie-Hellman that needs it fails.
                 log::error!("graft-net: cannot generate an X25519 key");
                 *self.key.get_mut() = None;
@@ -174,6 +254,24 @@ pub(crate) mod tests {
             let k = i.read_message(&m[..n], &mut p).unwrap();
             assert_eq!(&p[..k], b"ho");
             assert_eq!(i.get_handshake_hash(), r.get_handshake_hash());
+        }
+    }
+
+    /// Key pairs from the pool are all different, and the pool refills.
+    #[test]
+    fn the_pool_hands_out_each_key_once() {
+        let mut rng = DefaultResolver.resolve_rng().unwrap();
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..3 * POOL_SIZE {
+            let mut a = Ephemeral25519::default();
+            a.generate(&mut *rng);
+            assert!(seen.insert(a.public), "a public key handed out twice");
+        }
+        let p = pool().expect("the pool thread");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while p.keys.lock().len() < POOL_SIZE {
+            assert!(std::time::Instant::now() < deadline, "the pool refills");
+            std::thread::sleep(std::time::Duration::from_millis(2));
         }
     }
 
