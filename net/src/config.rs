@@ -32,6 +32,7 @@ pub struct NetConfig {
     pub(crate) compress_threshold: usize,
     pub(crate) connect_timeout: Duration,
     pub(crate) max_pending_handshakes: usize,
+    pub(crate) max_pending_per_address: usize,
     pub(crate) handshake_timeout: Duration,
     pub(crate) encrypt: bool,
     pub(crate) tls: Option<crate::TlsConfig>,
@@ -50,6 +51,9 @@ impl NetConfig {
     pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
     /// Default limit of inbound handshakes in progress at once: 64.
     pub const DEFAULT_MAX_PENDING_HANDSHAKES: usize = 64;
+    /// Default limit of inbound handshakes in progress at once from one
+    /// address (an IPv6 /64): 8.
+    pub const DEFAULT_MAX_PENDING_PER_ADDRESS: usize = 8;
     /// Default time an inbound connection has to complete its handshake: 5 s.
     pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -71,6 +75,7 @@ impl NetConfig {
             compress_threshold: Self::DEFAULT_COMPRESS_THRESHOLD,
             connect_timeout: Self::DEFAULT_CONNECT_TIMEOUT,
             max_pending_handshakes: Self::DEFAULT_MAX_PENDING_HANDSHAKES,
+            max_pending_per_address: Self::DEFAULT_MAX_PENDING_PER_ADDRESS,
             handshake_timeout: Self::DEFAULT_HANDSHAKE_TIMEOUT,
             encrypt: false,
             tls: None,
@@ -155,6 +160,24 @@ impl NetConfig {
     /// ```
     pub fn max_pending_handshakes(mut self, n: usize) -> Self {
         self.max_pending_handshakes = n;
+        self
+    }
+
+    /// At most this many of the inbound handshakes in progress may come
+    /// from one source address (at least 1; IPv6 addresses count per /64
+    /// prefix, the block one host usually holds), so that one stranger
+    /// cannot take every [`max_pending_handshakes`](NetConfig::max_pending_handshakes)
+    /// slot and keep real peers out. A socket accepted beyond it is closed
+    /// at once and counted in
+    /// [`HandshakeStats::refused_per_address`](crate::HandshakeStats).
+    ///
+    /// ```
+    /// let cfg = graft_net::NetConfig::new("n", "127.0.0.1:0".parse().unwrap())
+    ///     .max_pending_per_address(4);
+    /// # let _ = cfg;
+    /// ```
+    pub fn max_pending_per_address(mut self, n: usize) -> Self {
+        self.max_pending_per_address = n;
         self
     }
 
@@ -254,6 +277,9 @@ impl NetConfig {
         if self.max_pending_handshakes == 0 || self.max_pending_handshakes > 1 << 20 {
             return bad("max_pending_handshakes must be between 1 and 2^20");
         }
+        if self.max_pending_per_address == 0 || self.max_pending_per_address > 1 << 20 {
+            return bad("max_pending_per_address must be between 1 and 2^20");
+        }
         Ok(())
     }
 }
@@ -273,6 +299,7 @@ impl fmt::Debug for NetConfig {
             .field("compress_threshold", &self.compress_threshold)
             .field("connect_timeout", &self.connect_timeout)
             .field("max_pending_handshakes", &self.max_pending_handshakes)
+            .field("max_pending_per_address", &self.max_pending_per_address)
             .field("handshake_timeout", &self.handshake_timeout)
             .field("encrypt", &self.encrypt)
             .field("tls", &self.tls.is_some())

@@ -50,7 +50,7 @@
 //! reader thread, when its loop ends, reports `peer_down` exactly once
 //! (`down_reported`).
 
-use std::io::{Read, Write};
+use std::io::Read;
 use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -353,10 +353,10 @@ impl Conn {
                     out.writer_idle = false;
                 }
             }
-            if let Err(e) = self.sealer.lock().seal(&spare, &mut wire) {
-                return self.close(e.into());
-            }
-            if let Err(e) = stream.write_all(&wire) {
+            // `wire`: what a direct write left unsent; then the batch,
+            // sealed where it is (no copy; see `Sealer::seal_write`).
+            let sent = (self.sealer.lock()).seal_write(&mut stream, &wire, &mut spare);
+            if let Err(e) = sent {
                 log::debug!("graft-net: write to {} failed: {e}", self.info.name);
                 return self.close(e.into());
             }

@@ -24,7 +24,9 @@
 //! ```
 //!
 //! The prologue is the preface and the pattern name, so both sides agree on
-//! the protocol version; the transcript hash `h` covers the prologue, both
+//! the protocol version (and, inside TLS, the TLS connection's exporter
+//! value, so that the handshake cannot be relayed between two TLS
+//! connections); the transcript hash `h` covers the prologue, both
 //! ephemeral keys and both identities (name, announced address, creation,
 //! build fingerprint, heartbeat tick), and the roles are built into Noise
 //! (each direction has its own key). Hence a proof made on one connection,
@@ -225,19 +227,33 @@ fn preface() -> [u8; 6] {
     [MAGIC[0], MAGIC[1], MAGIC[2], MAGIC[3], v[0], v[1]]
 }
 
-fn prologue() -> Vec<u8> {
-    let mut p = Vec::with_capacity(64);
+/// The Noise prologue: the version and, over TLS, the channel binding
+/// (a TLS exporter value both ends of one TLS connection share and no
+/// other connection has), so that a handshake made inside one TLS
+/// connection fails inside any other.
+fn prologue(binding: Option<&[u8; 32]>) -> Vec<u8> {
+    let mut p = Vec::with_capacity(112);
     p.extend_from_slice(b"graft-net handshake\0");
     p.extend_from_slice(NOISE.as_bytes());
     p.push(0);
     p.extend_from_slice(&preface());
+    if let Some(b) = binding {
+        p.extend_from_slice(b"\0tls-exporter\0");
+        p.extend_from_slice(b);
+    }
     p
 }
 
-fn noise(psk: &[u8; 32], initiator: bool) -> Result<Box<snow::HandshakeState>, NetError> {
+fn noise(
+    psk: &[u8; 32],
+    initiator: bool,
+    binding: Option<&[u8; 32]>,
+) -> Result<Box<snow::HandshakeState>, NetError> {
     let params: snow::params::NoiseParams = NOISE.parse().expect("a valid Noise protocol name");
-    let prologue = prologue();
-    let b = snow::Builder::new(params).psk(0, psk).prologue(&prologue);
+    let prologue = prologue(binding);
+    let b = snow::Builder::with_resolver(params, Box::new(crate::noise_crypto::Resolver))
+        .psk(0, psk)
+        .prologue(&prologue);
     let hs = if initiator {
         b.build_initiator()
     } else {
@@ -295,6 +311,8 @@ pub(crate) struct Handshake {
     phase: Phase,
     noise: Option<Box<snow::HandshakeState>>,
     psk: [u8; 32],
+    /// The TLS channel binding, over TLS (see [`prologue`]).
+    binding: Option<[u8; 32]>,
     keys: Option<Session>,
     transcript: [u8; 32],
     peer: Option<Hello>,
@@ -305,11 +323,22 @@ pub(crate) struct Handshake {
 }
 
 impl Handshake {
-    /// The connecting side; its first bytes are in the output already.
+    /// The connecting side, on plain TCP.
+    #[cfg(test)]
     pub(crate) fn initiator(me: &Identity) -> Result<Handshake, NetError> {
-        let mut h = Handshake::new(me, Phase::Second);
+        Handshake::initiator_bound(me, None)
+    }
+
+    /// The connecting side; its first bytes are in the output already.
+    /// `binding`: the TLS channel binding when the handshake runs inside
+    /// TLS (both sides must give the same).
+    pub(crate) fn initiator_bound(
+        me: &Identity,
+        binding: Option<[u8; 32]>,
+    ) -> Result<Handshake, NetError> {
+        let mut h = Handshake::new(me, Phase::Second, binding);
         frame::encode(&mut h.out, kind::HELLO, 0, &preface());
-        let mut hs = noise(&me.psk, true)?;
+        let mut hs = noise(&me.psk, true, binding.as_ref())?;
         let mut msg = [0u8; MAX_HANDSHAKE_FRAME];
         let n = hs
             .write_message(&h.me.encode(), &mut msg)
@@ -319,18 +348,26 @@ impl Handshake {
         Ok(h)
     }
 
-    /// The accepting side. Allocates little until the first bytes come.
+    /// The accepting side, on plain TCP.
+    #[cfg(test)]
     pub(crate) fn acceptor(me: &Identity) -> Handshake {
-        Handshake::new(me, Phase::Preface)
+        Handshake::acceptor_bound(me, None)
     }
 
-    fn new(me: &Identity, phase: Phase) -> Handshake {
+    /// The accepting side. Allocates little until the first bytes come.
+    /// `binding`: as for [`initiator_bound`](Self::initiator_bound).
+    pub(crate) fn acceptor_bound(me: &Identity, binding: Option<[u8; 32]>) -> Handshake {
+        Handshake::new(me, Phase::Preface, binding)
+    }
+
+    fn new(me: &Identity, phase: Phase, binding: Option<[u8; 32]>) -> Handshake {
         Handshake {
             me: me.hello(),
             own_name: me.name.clone(),
             phase,
             noise: None,
             psk: me.psk,
+            binding,
             keys: None,
             transcript: [0; 32],
             peer: None,
@@ -440,7 +477,7 @@ impl Handshake {
                 Ok(None)
             }
             (Phase::First, kind::NOISE) => {
-                let mut hs = noise(&self.psk, false)?;
+                let mut hs = noise(&self.psk, false, self.binding.as_ref())?;
                 let mut buf = [0u8; MAX_HANDSHAKE_FRAME];
                 let Ok(n) = hs.read_message(p, &mut buf) else {
                     return Err(self.auth_failed(
@@ -668,7 +705,7 @@ pub(crate) fn initiate(
     register: impl FnOnce(&Hello) -> Result<bool, NetError>,
 ) -> Result<(Outcome, Session, Vec<u8>), NetError> {
     let remote = s.peer_name();
-    let mut hs = Handshake::initiator(me)?;
+    let mut hs = Handshake::initiator_bound(me, s.channel_binding())?;
     let mut register = Some(register);
     let mut buf = [0u8; 2048];
     let mut step = Step::More;

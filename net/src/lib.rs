@@ -83,6 +83,7 @@ mod cookie;
 mod error;
 mod frame;
 mod handshake;
+mod noise_crypto;
 mod peer;
 mod pending;
 mod poll;

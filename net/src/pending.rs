@@ -37,6 +37,9 @@ pub struct HandshakeStats {
     /// Sockets closed at once because `max_pending_handshakes` were in
     /// progress.
     pub refused_over_limit: u64,
+    /// Sockets closed at once because `max_pending_per_address` handshakes
+    /// from the same address (an IPv6 /64) were in progress.
+    pub refused_per_address: u64,
     /// Handshakes that did not complete within `handshake_timeout`.
     pub timed_out: u64,
     /// Handshakes that failed: a wrong cookie, a replay, garbage, a
@@ -51,6 +54,7 @@ pub struct HandshakeStats {
 pub(crate) struct Stats {
     pub(crate) pending: AtomicU64,
     pub(crate) refused_over_limit: AtomicU64,
+    pub(crate) refused_per_address: AtomicU64,
     pub(crate) timed_out: AtomicU64,
     pub(crate) failed: AtomicU64,
     pub(crate) completed: AtomicU64,
@@ -62,6 +66,7 @@ impl Stats {
         HandshakeStats {
             pending: r(&self.pending),
             refused_over_limit: r(&self.refused_over_limit),
+            refused_per_address: r(&self.refused_per_address),
             timed_out: r(&self.timed_out),
             failed: r(&self.failed),
             completed: r(&self.completed),
@@ -73,11 +78,23 @@ impl Stats {
     }
 }
 
+/// The source a per-address limit counts: an IPv4 address (an
+/// IPv4-mapped IPv6 address counts as its IPv4 address), or an IPv6 /64
+/// (marked by bit 63, so that it never equals an IPv4 key).
+pub(crate) fn source_key(addr: &SocketAddr) -> u128 {
+    match addr.ip().to_canonical() {
+        std::net::IpAddr::V4(v4) => u128::from(u32::from(v4)),
+        std::net::IpAddr::V6(v6) => (u128::from(v6) & !u128::from(u64::MAX)) | 1 << 63,
+    }
+}
+
 /// One inbound connection in its handshake.
 #[derive(Debug)]
 pub(crate) struct Pending {
     pub(crate) sock: Registered<TcpStream>,
     pub(crate) remote: SocketAddr,
+    /// [`source_key`] of `remote`.
+    pub(crate) source: u128,
     pub(crate) deadline: Instant,
     /// Created when the first bytes arrive (an idle socket costs only its
     /// descriptor and this entry).
@@ -136,7 +153,11 @@ impl Pending {
                     }
                 }
             };
-            let hs = self.hs.get_or_insert_with(|| Handshake::acceptor(me));
+            let binding = match &self.tls {
+                Some(crate::tls::PendingTls::Up(up)) => Some(up.binding),
+                _ => None,
+            };
+            let hs = (self.hs).get_or_insert_with(|| Handshake::acceptor_bound(me, binding));
             let step = hs.feed(data);
             if let Err(e) = self.flush() {
                 return Driven::Failed(e);

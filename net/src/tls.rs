@@ -244,8 +244,15 @@ pub(crate) struct TlsUp {
     pub(crate) sealer: Sealer,
     pub(crate) opener: Opener,
     pub(crate) cert: CertificateDer<'static>,
+    /// The channel binding for the cookie handshake: a TLS exporter value
+    /// (RFC 8446 section 7.5, label [`EXPORTER_LABEL`]), the same at both
+    /// ends of this TLS connection and unknown to any other.
+    pub(crate) binding: [u8; 32],
     pub(crate) raw: Vec<u8>,
 }
+
+/// The exporter label of the cookie handshake's channel binding.
+pub(crate) const EXPORTER_LABEL: &[u8] = b"EXPORTER-graft-dist-v2";
 
 impl fmt::Debug for TlsUp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -348,12 +355,18 @@ impl TlsHandshake {
             .clone()
             .into_owned();
         let raw = std::mem::take(&mut self.raw);
+        // The exporter needs the exporter master secret, which rustls keeps
+        // only while it owns the connection: take it before the secrets.
+        let binding = (self.conn)
+            .export_keying_material([0u8; 32], EXPORTER_LABEL, None)
+            .map_err(tls_err)?;
         let s = self.conn.dangerous_extract_secrets().map_err(tls_err)?;
         let ((tk, ti), (rk, ri)) = (keys(s.tx.1)?, keys(s.rx.1)?);
         Ok(TlsUp {
             sealer: Sealer::tls(&tk, ti, s.tx.0),
             opener: Opener::tls(&rk, ri, s.rx.0),
             cert,
+            binding,
             raw,
         })
     }
@@ -481,6 +494,11 @@ impl Write for TlsIo {
 pub(crate) trait HsStream: Read + Write {
     fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()>;
     fn peer_name(&self) -> String;
+    /// The TLS channel binding the handshake is bound to (none on plain
+    /// TCP).
+    fn channel_binding(&self) -> Option<[u8; 32]> {
+        None
+    }
 }
 
 impl HsStream for TcpStream {
@@ -498,6 +516,9 @@ impl HsStream for TlsIo {
     }
     fn peer_name(&self) -> String {
         self.s.peer_name()
+    }
+    fn channel_binding(&self) -> Option<[u8; 32]> {
+        Some(self.up.binding)
     }
 }
 
@@ -603,6 +624,12 @@ mod tests {
         }
         assert!(done && !client.is_handshaking());
         let mut up = server.finish().unwrap();
+        // The channel binding is the exporter value both ends compute.
+        let theirs = client
+            .export_keying_material([0u8; 32], EXPORTER_LABEL, None)
+            .unwrap();
+        assert_eq!(up.binding, theirs);
+        assert_ne!(up.binding, [0u8; 32]);
         // Server to client: our sealer, rustls's reader (several records).
         let msg: Vec<u8> = (0..40_000u32).map(|i| i as u8).collect();
         let mut wire = Vec::new();

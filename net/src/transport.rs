@@ -608,6 +608,23 @@ impl Inner {
                 drop(sock);
                 continue;
             }
+            let source = crate::pending::source_key(&remote);
+            let same = pending.values().filter(|p| p.source == source).count();
+            if same >= self.cfg.max_pending_per_address {
+                let n = self
+                    .stats
+                    .refused_per_address
+                    .fetch_add(1, Ordering::Relaxed);
+                if n.is_power_of_two() {
+                    log::warn!(
+                        "graft-net: {same} handshakes in progress from {}; closing {remote} at once ({} so far)",
+                        remote.ip(),
+                        n + 1
+                    );
+                }
+                drop(sock);
+                continue;
+            }
             let tls = match self.cfg.tls.as_ref().map(TlsHandshake::server) {
                 None => None,
                 Some(Ok(hs)) => Some(PendingTls::Handshaking(Box::new(hs))),
@@ -628,6 +645,7 @@ impl Inner {
                         Pending {
                             sock,
                             remote,
+                            source,
                             deadline: Instant::now() + self.cfg.handshake_timeout,
                             hs: None,
                             tls,

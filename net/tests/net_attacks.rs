@@ -63,7 +63,8 @@ fn fast(name: &str) -> NetConfig {
 type Recording = Arc<Mutex<Vec<u8>>>;
 
 /// A TCP proxy for one connection to `target`, recording both directions
-/// (client to server, server to client).
+/// (client to server, server to client). It records what it read before it
+/// forwards it, so whatever an end has received is in the recording.
 struct Proxy {
     addr: SocketAddr,
     up: Recording,
@@ -83,10 +84,13 @@ impl Proxy {
                 thread::spawn(move || {
                     let mut buf = [0u8; 65536];
                     while let Ok(n) = from.read(&mut buf) {
-                        if n == 0 || to.write_all(&buf[..n]).is_err() {
+                        if n == 0 {
                             break;
                         }
                         rec.lock().unwrap().extend_from_slice(&buf[..n]);
+                        if to.write_all(&buf[..n]).is_err() {
+                            break;
+                        }
                     }
                     let _ = to.shutdown(Shutdown::Write);
                 })
@@ -215,18 +219,18 @@ fn replayed_spliced_and_reflected_handshakes_are_refused() {
     assert_eq!(pc.name, "a");
     wait_until("a sees c", || a.0.peer_named("c").is_some());
     let c_at_a = a.0.peer_named("c").unwrap();
-    // The proxy forwards before it records: wait for its record to hold
-    // the whole handshake (preface, first message, confirmation up; the
-    // acceptor's message and verdict down).
+    // The proxy records before it forwards, and c is up only after the
+    // verdict, so the whole handshake is recorded already (preface, first
+    // message, confirmation up; the acceptor's message and verdict down);
+    // the wait is a second guard. Only the handshake's frames are kept:
+    // the sealed records after them are not handshake frames.
     wait_until("the proxy recorded the handshake", || {
         frames(&p1.up.lock().unwrap()).len() >= 3 && frames(&p1.down.lock().unwrap()).len() >= 2
     });
-    let rec1_up = p1.up.lock().unwrap().clone();
-    let rec1_down = p1.down.lock().unwrap().clone();
-    let hs1 = frames(&rec1_up);
-    // Preface, first message, key confirmation (then sealed records,
-    // which do not parse as handshake frames or are ignored here).
-    assert!(hs1.len() >= 3, "{hs1:?}");
+    let hs1 = handshake_frames(&p1.up, 3);
+    let a_said = handshake_frames(&p1.down, 2);
+    assert!(hs1.iter().skip(1).all(|(k, _)| *k == KIND_NOISE), "{hs1:?}");
+    assert!(a_said.iter().all(|(k, _)| *k == KIND_NOISE), "{a_said:?}");
     c.0.disconnect(pc.id);
     wait_until("a lost c", || a.0.peer_named("c").is_none());
     let p2 = Proxy::start(a.0.local_addr());
@@ -236,8 +240,7 @@ fn replayed_spliced_and_reflected_handshakes_are_refused() {
         frames(&p2.up.lock().unwrap()).len() >= 3
     });
     let c_at_a = (c_at_a, a.0.peer_named("c").unwrap());
-    let hs2 = frames(&p2.up.lock().unwrap());
-    let a_said = frames(&rec1_down);
+    let hs2 = handshake_frames(&p2.up, 3);
 
     let attempt = |to: &Transport, msgs: &[&(u8, Vec<u8>)]| {
         let mut s = TcpStream::connect(to.local_addr()).unwrap();
@@ -275,6 +278,17 @@ fn replayed_spliced_and_reflected_handshakes_are_refused() {
     a.0.shutdown();
     b.0.shutdown();
     c.0.shutdown();
+}
+
+/// The first `n` frames of a recording (the handshake's), exactly `n`.
+fn handshake_frames(rec: &Recording, n: usize) -> Vec<(u8, Vec<u8>)> {
+    let all = frames(&rec.lock().unwrap());
+    assert!(
+        all.len() >= n,
+        "{} of {n} handshake frames recorded",
+        all.len()
+    );
+    all.into_iter().take(n).collect()
 }
 
 fn link_intact_three(a: &(Transport, Arc<Recorder>), b: &(Transport, Arc<Recorder>)) {

@@ -74,7 +74,11 @@ fn thousands_of_strangers_cost_no_thread_and_peers_keep_answering() {
     init_log();
     raise_nofile(3 * (IDLE + STALLED) as u64 + 256);
     let echo = Arc::new(Echo(OnceLock::new()));
-    let a = Transport::start(config("a", "c"), echo.clone()).unwrap();
+    // Every stranger comes from 127.0.0.1, as the real peers do: the
+    // per-address limit is lifted to test the global one
+    // (`net_strangers_per_address.rs` tests the other).
+    let cfg = config("a", "c").max_pending_per_address(NetConfig::DEFAULT_MAX_PENDING_HANDSHAKES);
+    let a = Transport::start(cfg, echo.clone()).unwrap();
     let _ = echo.0.set(a.clone());
     let (tx, rx) = std::sync::mpsc::channel();
     let b = Transport::start(config("b", "c"), Arc::new(Replies(Mutex::new(tx)))).unwrap();

@@ -314,3 +314,127 @@ fn the_wire_is_tls_records_only_and_shows_no_names() {
         }
     }
 }
+
+/// The attacker of the relay test: it holds a certificate of the cluster's
+/// CA (one that names the host, so it passes every name check for the
+/// `name@127.0.0.1` nodes) but not the cookie. It accepts a's TLS
+/// connection as if it were b, opens its own TLS connection to b, and
+/// relays the cookie handshake's bytes between the two. Were the cookie
+/// handshake not bound to its TLS connection, both nodes would see the
+/// other authenticated, and the attacker, holding the keys of both TLS
+/// connections, could read and inject every frame.
+mod relay {
+    use std::io::{ErrorKind, Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
+    use rustls::{version::TLS13, StreamOwned};
+    use rustls::{ClientConfig, ClientConnection, RootCertStore, ServerConfig, ServerConnection};
+
+    /// What the relay saw: cookie-handshake bytes each way.
+    #[derive(Debug, Default)]
+    pub(super) struct Seen {
+        pub(super) a_to_b: usize,
+        pub(super) b_to_a: usize,
+    }
+
+    /// Relays the first connection `listener` accepts to `to`, as TLS
+    /// server toward it and TLS client toward `to`, for at most `limit`.
+    pub(super) fn run(
+        listener: TcpListener,
+        to: std::net::SocketAddr,
+        cert: Vec<u8>,
+        key: Vec<u8>,
+        ca: Vec<u8>,
+        limit: Duration,
+    ) -> Seen {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let chain = vec![CertificateDer::from(cert)];
+        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key));
+        let mut server = ServerConfig::builder_with_provider(provider.clone())
+            .with_protocol_versions(&[&TLS13])
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(chain.clone(), key.clone_key())
+            .unwrap();
+        // As graft's own acceptor: nothing after the handshake but data.
+        server.send_tls13_tickets = 0;
+        let mut roots = RootCertStore::empty();
+        roots.add(CertificateDer::from(ca)).unwrap();
+        let client = ClientConfig::builder_with_provider(provider)
+            .with_protocol_versions(&[&TLS13])
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_client_auth_cert(chain, key)
+            .unwrap();
+        let (from_a, _) = listener.accept().unwrap();
+        let to_b = TcpStream::connect(to).unwrap();
+        for s in [&from_a, &to_b] {
+            s.set_read_timeout(Some(Duration::from_millis(5))).unwrap();
+            s.set_nodelay(true).unwrap();
+        }
+        let mut a = StreamOwned::new(ServerConnection::new(Arc::new(server)).unwrap(), from_a);
+        let name = ServerName::IpAddress(to.ip().into());
+        let mut b = StreamOwned::new(ClientConnection::new(Arc::new(client), name).unwrap(), to_b);
+        let mut seen = Seen::default();
+        let until = Instant::now() + limit;
+        let mut buf = [0u8; 16 << 10];
+        // Reads what one side has (a timeout is "nothing now"), writes it
+        // to the other; `false` once either side is gone.
+        fn pump(from: &mut impl Read, to: &mut impl Write, buf: &mut [u8], n: &mut usize) -> bool {
+            match from.read(buf) {
+                Ok(0) => false,
+                Ok(k) => {
+                    *n += k;
+                    to.write_all(&buf[..k]).and_then(|()| to.flush()).is_ok()
+                }
+                Err(e) => matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut),
+            }
+        }
+        while Instant::now() < until {
+            if !pump(&mut a, &mut b, &mut buf, &mut seen.a_to_b)
+                || !pump(&mut b, &mut a, &mut buf, &mut seen.b_to_a)
+            {
+                break;
+            }
+        }
+        seen
+    }
+}
+
+#[test]
+fn a_cookie_handshake_relayed_between_two_tls_connections_is_refused() {
+    init_log();
+    let ca = ca("graft test CA");
+    // Two nodes of the cluster, and an attacker with a certificate of the
+    // same CA for the same host, but without the cookie.
+    let (a, ra) = start(tls_node("a@127.0.0.1", tls(&ca, &["127.0.0.1"], false)));
+    let (b, rb) = start(tls_node("b@127.0.0.1", tls(&ca, &["127.0.0.1"], false)));
+    let (cert, key) = leaf(&ca, &["127.0.0.1"], false);
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let via = listener.local_addr().unwrap();
+    let (to, ca_der) = (b.local_addr(), ca.der.clone());
+    let attacker = std::thread::spawn(move || {
+        relay::run(listener, to, cert, key, ca_der, Duration::from_secs(15))
+    });
+    let err = a.connect(via).expect_err("a relayed handshake is refused");
+    let seen = attacker.join().unwrap();
+    eprintln!("refused: {err}; the relay saw {seen:?}");
+    // The relay did carry the cookie handshake (a's first message reached
+    // b inside the attacker's TLS connection): it failed on its binding.
+    assert!(seen.a_to_b > 0, "{seen:?}");
+    wait_until("b counts the failure", || b.handshake_stats().failed >= 1);
+    assert!(a.peers().is_empty() && b.peers().is_empty());
+    assert!(ra.ups().is_empty() && rb.ups().is_empty());
+    let e = err.to_string();
+    assert!(e.contains("cookie"), "{e}");
+    // The real connection, without the relay, still works.
+    let peer = a.connect(b.local_addr()).unwrap();
+    assert_eq!(peer.name, "b@127.0.0.1");
+    a.send(peer.id, FIRST_USER_KIND, b"direct").unwrap();
+    rb.wait_for("the frame", |ev| count_frames(ev) == 1);
+    a.shutdown();
+    b.shutdown();
+}

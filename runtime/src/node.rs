@@ -66,6 +66,7 @@ pub struct NodeConfig {
     pub(crate) observer: Option<crate::observer::ObserverConfig>,
     pub(crate) default_logger: bool,
     pub(crate) max_pending_handshakes: Option<usize>,
+    pub(crate) max_pending_per_address: Option<usize>,
     pub(crate) handshake_timeout: Option<Duration>,
     pub(crate) encrypt: bool,
     pub(crate) long_schedule: Duration,
@@ -91,6 +92,7 @@ impl NodeConfig {
             observer: None,
             default_logger: true,
             max_pending_handshakes: None,
+            max_pending_per_address: None,
             handshake_timeout: None,
             encrypt: false,
             long_schedule: Duration::from_millis(10),
@@ -195,6 +197,20 @@ impl NodeConfig {
     /// ```
     pub fn max_pending_handshakes(mut self, n: usize) -> NodeConfig {
         self.max_pending_handshakes = Some(n);
+        self
+    }
+    /// At most this many of the inbound handshakes in progress from one
+    /// source address (an IPv6 /64) (default 8), so that one stranger
+    /// cannot hold every slot; beyond it, its new sockets are closed at
+    /// once. Raise it for a cluster of many nodes on one host that connect
+    /// to one node all at once.
+    ///
+    /// ```
+    /// let cfg = graft::NodeConfig::new("127.0.0.1:0").max_pending_per_address(4);
+    /// # let _ = cfg;
+    /// ```
+    pub fn max_pending_per_address(mut self, n: usize) -> NodeConfig {
+        self.max_pending_per_address = Some(n);
         self
     }
     /// How long an inbound connection has to complete its handshake
@@ -833,6 +849,9 @@ impl Node {
         }
         if let Some(n) = config.max_pending_handshakes {
             net = net.max_pending_handshakes(n);
+        }
+        if let Some(n) = config.max_pending_per_address {
+            net = net.max_pending_per_address(n);
         }
         if let Some(t) = config.handshake_timeout {
             net = net.handshake_timeout(t);
