@@ -71,9 +71,18 @@
 //! # Busy (backpressure)
 //!
 //! `queued_bytes` counts `buf`, `sealed` and everything deferred (flights'
-//! bytes not yet taken, chains). Past `busy_limit` the connection is busy;
-//! [`Conn::on_drain`] registers a wake-up that the writer runs once the
-//! queue is back at or under the limit (or that `close` runs). The
+//! bytes not yet taken, chains). Past `busy_limit` the connection is busy
+//! (`is_busy`, the system monitor's `BusyDist`). Who must wait is finer
+//! (`busy_for`), so that small traffic keeps moving past bulk data:
+//!
+//! * everyone, while the small lane (`buf`, `sealed`) alone is over the
+//!   limit (a flood of small frames);
+//! * a sender of a large message (over a fragment), or one whose own key
+//!   has a large message queued, while the whole queue is over the limit.
+//!
+//! So the small lane stays within the limit plus a frame, and bulk within
+//! the limit plus one message. [`Conn::on_drain`] registers a wake-up that
+//! the writer runs once the reason is gone (or that `close` runs). The
 //! transport never blocks a sender itself: the runtime decides who waits.
 //!
 //! # Closing
@@ -191,9 +200,11 @@ struct Outbox {
     drain: Drain,
 }
 
-/// The wake-ups of `Outbox::drain`.
+/// The wake-ups of `Outbox::drain`: `true` for a bulk waiter (woken once
+/// the whole queue is at the limit), `false` for one that waits for the
+/// small lane (`buf`) only.
 #[derive(Default)]
-struct Drain(Vec<DrainWaker>);
+struct Drain(Vec<(bool, DrainWaker)>);
 
 impl std::fmt::Debug for Drain {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -204,6 +215,24 @@ impl std::fmt::Debug for Drain {
 impl Outbox {
     fn queued(&self) -> usize {
         self.buf.len() + self.sealed.len() + self.deferred
+    }
+
+    /// Bytes in the small lane (whole frames in the FIFO).
+    fn small(&self) -> usize {
+        self.buf.len() + self.sealed.len()
+    }
+
+    /// Why a sender of key `key` about to send `size` bytes must wait, if it
+    /// must (see "Busy"): `Some(false)` for the small lane, `Some(true)`
+    /// for bulk.
+    fn busy_for(&mut self, key: u64, size: usize, limit: usize) -> Option<bool> {
+        if self.small() > limit {
+            return Some(false);
+        }
+        if self.queued() > limit && (size > FRAGMENT || self.flight_of(key).is_some()) {
+            return Some(true);
+        }
+        None
     }
 
     /// The flight (in progress or waiting) of order key `key`.
@@ -310,6 +339,10 @@ pub(crate) struct Conn {
     announced: AtomicBool,
     /// Set by whoever reports `peer_down` (normally the reader).
     down_reported: AtomicBool,
+    /// Set by a sender that took the queue past the busy limit, cleared by
+    /// the writer once it is at or under it: [`Conn::is_busy`] without the
+    /// outbox lock.
+    busy: AtomicBool,
     limits: Limits,
     /// Silence after which the peer is declared dead.
     dead_after: Duration,
@@ -348,6 +381,7 @@ impl Conn {
             reason: Mutex::new(None),
             announced: AtomicBool::new(false),
             down_reported: AtomicBool::new(false),
+            busy: AtomicBool::new(false),
             limits,
             dead_after,
         }
@@ -429,6 +463,9 @@ impl Conn {
             data: Arc::new(data),
             sent: 0,
         };
+        if out.queued() > self.limits.busy_limit {
+            self.busy.store(true, Ordering::Relaxed);
+        }
         if let Some(f) = out.flight_of(key) {
             f.after.push_back(Item::Big(large));
         } else {
@@ -471,10 +508,16 @@ impl Conn {
             encode(&mut v);
             f.after.push_back(Item::Small(v));
             out.deferred += len;
+            if out.queued() > self.limits.busy_limit {
+                self.busy.store(true, Ordering::Relaxed);
+            }
             return Ok(false);
         }
         let was_empty = out.buf.is_empty();
         encode(&mut out.buf);
+        if out.queued() > self.limits.busy_limit {
+            self.busy.store(true, Ordering::Relaxed);
+        }
         if !out.writer_idle {
             return Ok(false);
         }
@@ -554,10 +597,11 @@ impl Conn {
             out.waiting.clear();
             out.deferred = 0;
             out.in_flight = 0;
+            self.busy.store(false, Ordering::Relaxed);
             std::mem::take(&mut out.drain.0)
         };
         self.wake.notify_one();
-        for w in drain {
+        for (_, w) in drain {
             w();
         }
     }
@@ -567,21 +611,43 @@ impl Conn {
         self.out.lock().queued()
     }
 
-    /// Whether more than the busy limit is queued.
+    /// Whether more than the busy limit is queued (as last seen by a
+    /// sender or the writer; [`on_drain`](Conn::on_drain) checks exactly).
+    #[inline]
     pub(crate) fn is_busy(&self) -> bool {
-        self.queued_bytes() > self.limits.busy_limit
+        self.busy.load(Ordering::Relaxed)
     }
 
-    /// Runs `wake` once the queue is at or under the busy limit, or the
-    /// connection closed; `false` (and `wake` dropped unrun) if that is
-    /// the case already.
-    pub(crate) fn on_drain(&self, wake: DrainWaker) -> bool {
-        let mut out = self.out.lock();
-        if out.closed || out.queued() <= self.limits.busy_limit {
+    /// Whether a sender of key `key` about to send `size` bytes must wait
+    /// (see "Busy").
+    #[inline]
+    pub(crate) fn busy_for(&self, key: u64, size: usize) -> bool {
+        if !self.is_busy() {
             return false;
         }
-        out.drain.0.push(wake);
-        true
+        let limit = self.limits.busy_limit;
+        self.out.lock().busy_for(key, size, limit).is_some()
+    }
+
+    /// Runs `wake` once a sender of key `key` about to send `size` bytes
+    /// need not wait any more (see "Busy"), or the connection closed;
+    /// `false` (and `wake` dropped unrun) if that is the case already.
+    pub(crate) fn on_drain(&self, key: u64, size: usize, wake: DrainWaker) -> bool {
+        let limit = self.limits.busy_limit;
+        let mut out = self.out.lock();
+        if out.queued() <= limit {
+            self.busy.store(false, Ordering::Relaxed);
+        }
+        if out.closed {
+            return false;
+        }
+        match out.busy_for(key, size, limit) {
+            Some(bulk) => {
+                out.drain.0.push((bulk, wake));
+                true
+            }
+            None => false,
+        }
     }
 
     /// Why the connection closed (`Closed` if it has not).
@@ -621,10 +687,22 @@ impl Conn {
                     if out.closed {
                         return;
                     }
-                    if !out.drain.0.is_empty() && out.queued() <= self.limits.busy_limit {
-                        let drain = std::mem::take(&mut out.drain.0);
-                        MutexGuard::unlocked(&mut out, || drain.into_iter().for_each(|w| w()));
-                        continue;
+                    let limit = self.limits.busy_limit;
+                    let all = out.queued() <= limit;
+                    if all {
+                        self.busy.store(false, Ordering::Relaxed);
+                    }
+                    if !out.drain.0.is_empty() && out.small() <= limit {
+                        let (go, stay): (Vec<_>, Vec<_>) = std::mem::take(&mut out.drain.0)
+                            .into_iter()
+                            .partition(|(bulk, _)| all || !bulk);
+                        out.drain.0 = stay;
+                        if !go.is_empty() {
+                            MutexGuard::unlocked(&mut out, || {
+                                go.into_iter().for_each(|(_, w)| w())
+                            });
+                            continue;
+                        }
                     }
                     if !out.buf.is_empty() || !out.sealed.is_empty() || !out.flights.is_empty() {
                         std::mem::swap(&mut out.buf, &mut spare);

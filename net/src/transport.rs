@@ -503,17 +503,28 @@ impl PeerSender {
     }
 
     /// Whether more than the [`busy_limit`](NetConfig::busy_limit) is queued
-    /// (Erlang's busy distribution port).
+    /// (Erlang's busy distribution port), as last seen by a sender or the
+    /// writer.
     pub fn is_busy(&self) -> bool {
         self.conn.is_busy()
     }
 
+    /// Whether a sender with order key `key` about to send `size` bytes
+    /// should wait: while the small frames queued alone pass the busy
+    /// limit (everyone waits), or while the whole queue does and this
+    /// sender sends a large message (over 64 KiB) or has one queued. Small
+    /// traffic of other senders keeps moving past bulk data.
+    pub fn busy_for(&self, key: u64, size: usize) -> bool {
+        self.conn.busy_for(key, size)
+    }
+
     /// Calls `wake` (on the connection's writer thread, or on whoever closes
-    /// it) once at most the busy limit is queued, or the connection closed.
-    /// Returns `false`, dropping `wake` unrun, when that is so already: the
-    /// caller re-checks rather than waits. Keep `wake` short (an unpark).
-    pub fn on_drain(&self, wake: Box<dyn FnOnce() + Send>) -> bool {
-        self.conn.on_drain(wake)
+    /// it) once [`busy_for`](PeerSender::busy_for)`(key, size)` no longer
+    /// holds, or the connection closed. Returns `false`, dropping `wake`
+    /// unrun, when that is so already. Wake-ups may be spurious: re-check.
+    /// Keep `wake` short (an unpark).
+    pub fn on_drain(&self, key: u64, size: usize, wake: Box<dyn FnOnce() + Send>) -> bool {
+        self.conn.on_drain(key, size, wake)
     }
 }
 

@@ -339,7 +339,7 @@ fn busy_limit_and_drain_wakeups() {
     let peer = a.peers()[0].clone();
     let s = a.sender(peer.id).unwrap();
     assert!(!s.is_busy());
-    assert!(!s.on_drain(Box::new(|| panic!("not busy: never run"))));
+    assert!(!s.on_drain(0, 10, Box::new(|| panic!("not busy: never run"))));
     // Fill the socket buffers and then the queue.
     let chunk = vec![1u8; 32 << 10];
     wait_until("busy", || {
@@ -348,7 +348,8 @@ fn busy_limit_and_drain_wakeups() {
     });
     let woken = Arc::new(AtomicBool::new(false));
     let w = woken.clone();
-    assert!(s.on_drain(Box::new(move || w.store(true, Ordering::Release))));
+    assert!(s.busy_for(0, 10));
+    assert!(s.on_drain(0, 10, Box::new(move || w.store(true, Ordering::Release))));
     assert!(!woken.load(Ordering::Acquire));
     // Read everything: the queue drains and the waiter runs.
     let reader = thread::spawn(move || {
@@ -367,10 +368,11 @@ fn busy_limit_and_drain_wakeups() {
     });
     let woken = Arc::new(AtomicBool::new(false));
     let w = woken.clone();
-    assert!(s.on_drain(Box::new(move || w.store(true, Ordering::Release))));
+    assert!(s.busy_for(0, 10));
+    assert!(s.on_drain(0, 10, Box::new(move || w.store(true, Ordering::Release))));
     a.disconnect(peer.id);
     wait_until("close woke the waiter", || woken.load(Ordering::Acquire));
-    assert!(!s.on_drain(Box::new(|| {})));
+    assert!(!s.on_drain(0, 10, Box::new(|| {})));
     drop(raw);
     a.shutdown();
 }
