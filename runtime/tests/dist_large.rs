@@ -56,7 +56,11 @@ fn over_the_limit_fails_at_the_sender_and_is_counted() {
     })
     .unwrap();
     let stats = a.stats();
-    let peer = stats.peers.iter().find(|p| p.too_large > 0).expect("counted");
+    let peer = stats
+        .peers
+        .iter()
+        .find(|p| p.too_large > 0)
+        .expect("counted");
     assert_eq!(peer.too_large, 3, "the send_to, the send and the spawn");
     a.shutdown();
     b.shutdown();
@@ -167,7 +171,10 @@ fn ping_answers_while_256_mib_in_flight() {
         })
         .unwrap();
     eprintln!("{before} pings answered while the 256 MiB message was in flight");
-    assert!(before >= 1, "no ping answered during the transfer ({pongs})");
+    assert!(
+        before >= 1,
+        "no ping answered during the transfer ({pongs})"
+    );
     a.shutdown();
 }
 
@@ -254,7 +261,10 @@ fn flooding_a_stopped_node_is_suspended_and_bounded() {
     );
     assert!(grew < 64 << 20, "the sender's memory grew by {grew} bytes");
     let ev = rx.recv_timeout(HANG).expect("BusyDist");
-    assert!(matches!(ev, SysMonEvent::BusyDist { node } if node == id), "{ev:?}");
+    assert!(
+        matches!(ev, SysMonEvent::BusyDist { node } if node == id),
+        "{ev:?}"
+    );
     // The node reads again: the flood completes, in order.
     peer.signal(false);
     done_rx.recv_timeout(HANG).expect("every reply");
