@@ -280,7 +280,7 @@ impl NodeConfig {
     /// (default 1 GiB). A larger one fails at the sender with
     /// [`Error::MessageTooLarge`](crate::Error::MessageTooLarge): `send_to`,
     /// `spawn_on` and calls return it, `send` logs it and counts it in
-    /// [`PeerStats::too_large`](crate::PeerStats). Use the same value on
+    /// [`PeerStats::too_large`](crate::observe::PeerStats::too_large). Use the same value on
     /// every node.
     ///
     /// ```

@@ -63,7 +63,7 @@ pub struct PeerStats {
     /// Payload bytes sent to it.
     pub bytes_out: u64,
     /// Messages to it refused at the sender as over the maximum message
-    /// size ([`Error::MessageTooLarge`](crate::Error::MessageTooLarge)).
+    /// size ([`Error::MessageTooLarge`]).
     pub too_large: u64,
     /// Bytes waiting in its outbox now.
     pub queued_bytes: u64,
