@@ -27,6 +27,8 @@ pub struct NetConfig {
     pub(crate) fingerprint: u64,
     pub(crate) cookie: Option<String>,
     pub(crate) max_frame: usize,
+    pub(crate) max_message: usize,
+    pub(crate) busy_limit: usize,
     pub(crate) heartbeat: Duration,
     pub(crate) heartbeat_misses: u32,
     pub(crate) compress_threshold: usize,
@@ -41,6 +43,11 @@ pub struct NetConfig {
 impl NetConfig {
     /// Default maximum frame size: 64 MiB.
     pub const DEFAULT_MAX_FRAME: usize = 64 << 20;
+    /// Default maximum message size: 1 GiB.
+    pub const DEFAULT_MAX_MESSAGE_SIZE: usize = 1 << 30;
+    /// Default busy limit of a peer's outbound queue: 1 MiB (Erlang's
+    /// `dist_buf_busy_limit`).
+    pub const DEFAULT_BUSY_LIMIT: usize = 1 << 20;
     /// Default heartbeat tick: 1 s.
     pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(1);
     /// Default number of silent ticks after which a peer is declared dead: 3.
@@ -70,6 +77,8 @@ impl NetConfig {
             fingerprint: 0,
             cookie: None,
             max_frame: Self::DEFAULT_MAX_FRAME,
+            max_message: Self::DEFAULT_MAX_MESSAGE_SIZE,
+            busy_limit: Self::DEFAULT_BUSY_LIMIT,
             heartbeat: Self::DEFAULT_HEARTBEAT,
             heartbeat_misses: Self::DEFAULT_HEARTBEAT_MISSES,
             compress_threshold: Self::DEFAULT_COMPRESS_THRESHOLD,
@@ -130,6 +139,36 @@ impl NetConfig {
     /// own ticks.
     pub fn heartbeat_misses(mut self, misses: u32) -> Self {
         self.heartbeat_misses = misses;
+        self
+    }
+
+    /// The largest message sent or accepted (default 1 GiB). Messages over
+    /// 64 KiB travel in fragments, interleaved with other traffic; a send
+    /// over this size fails with [`NetError::MessageTooLarge`](crate::NetError::MessageTooLarge),
+    /// and a peer announcing more (all its messages in progress together)
+    /// is dropped. Both nodes should use the same value.
+    ///
+    /// ```
+    /// let cfg = graft_net::NetConfig::new("a", "127.0.0.1:0".parse().unwrap())
+    ///     .max_message_size(16 << 20);
+    /// # let _ = cfg;
+    /// ```
+    pub fn max_message_size(mut self, bytes: usize) -> Self {
+        self.max_message = bytes;
+        self
+    }
+
+    /// Bytes queued for one peer past which its connection is busy
+    /// (default 1 MiB, Erlang's `dist_buf_busy_limit`): see
+    /// [`PeerSender::is_busy`](crate::PeerSender::is_busy).
+    ///
+    /// ```
+    /// let cfg = graft_net::NetConfig::new("a", "127.0.0.1:0".parse().unwrap())
+    ///     .busy_limit(4 << 20);
+    /// # let _ = cfg;
+    /// ```
+    pub fn busy_limit(mut self, bytes: usize) -> Self {
+        self.busy_limit = bytes;
         self
     }
 
@@ -246,6 +285,13 @@ impl NetConfig {
         self.heartbeat.as_millis().clamp(1, u32::MAX as u128) as u32
     }
 
+    /// The largest wire frame a reader accepts: the configured maximum, but
+    /// never less than a fragment.
+    pub(crate) fn wire_frame_max(&self) -> usize {
+        self.max_frame
+            .max(crate::frag::FRAGMENT + crate::frag::BEGIN_HEADER)
+    }
+
     pub(crate) fn validate(&self) -> std::io::Result<()> {
         let bad = |m: &str| {
             Err(std::io::Error::new(
@@ -258,6 +304,9 @@ impl NetConfig {
         }
         if self.max_frame == 0 || self.max_frame > u32::MAX as usize {
             return bad("max_frame must be between 1 and u32::MAX");
+        }
+        if self.max_message == 0 || self.max_message > isize::MAX as usize {
+            return bad("max_message_size must be between 1 and isize::MAX");
         }
         // Bounded so that every deadline made from them is a real instant
         // (and half a tick, a socket read timeout, is not zero).
@@ -294,6 +343,8 @@ impl fmt::Debug for NetConfig {
             .field("fingerprint", &self.fingerprint)
             .field("cookie", &self.cookie.as_ref().map(|_| "<hidden>"))
             .field("max_frame", &self.max_frame)
+            .field("max_message", &self.max_message)
+            .field("busy_limit", &self.busy_limit)
             .field("heartbeat", &self.heartbeat)
             .field("heartbeat_misses", &self.heartbeat_misses)
             .field("compress_threshold", &self.compress_threshold)

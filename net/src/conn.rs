@@ -42,6 +42,49 @@
 //! finds the buffer non-empty and wakes the writer), so a slow flusher
 //! delays only its own frames.
 //!
+//! # Lanes: large messages and order keys
+//!
+//! A payload over `frag::FRAGMENT` (64 KiB) is not appended to `buf`: it
+//! becomes a flight (`Outbox::flights`), sent in fragments (see `frag.rs`).
+//! Each write of the writer takes everything in `buf` (small frames: the
+//! runtime's control frames, small messages), then at most
+//! `FRAGS_PER_WRITE` fragments, round-robin over the flights. So small
+//! traffic waits at most one such write (256 KiB) behind bulk data, and
+//! several large messages progress together. The writer's own heartbeats
+//! need no lane: it sends one only when it has nothing else to write, and
+//! any bytes received keep the peer alive.
+//!
+//! Every frame carries an order key (the runtime uses the sending
+//! process): frames with the same key arrive in the order sent. A frame
+//! whose key has a flight (in progress or waiting) joins that flight's
+//! `after` chain instead of `buf`, and the chain moves to `buf` (or
+//! becomes the next flight) once the flight's last fragment is taken, so
+//! it follows that fragment on the wire. Frames of other keys overtake the
+//! flight, which is the point. With no flight (the common case), every
+//! frame goes to `buf` in one FIFO, as before.
+//!
+//! Flights in progress are bounded: at most `frag::MAX_PARTIALS`, and
+//! their sizes sum to at most `max_message` (one always goes), which is
+//! exactly what the receiver's reassembly accepts when both sides have the
+//! same `max_message_size`. The others wait in `waiting`, in order.
+//!
+//! # Busy (backpressure)
+//!
+//! `queued_bytes` counts `buf`, `sealed` and everything deferred (flights'
+//! bytes not yet taken, chains). Past `busy_limit` the connection is busy
+//! (`is_busy`, the system monitor's `BusyDist`). Who must wait is finer
+//! (`busy_for`), so that small traffic keeps moving past bulk data:
+//!
+//! * everyone, while the small lane (`buf`, `sealed`) alone is over the
+//!   limit (a flood of small frames);
+//! * a sender of a large message (over a fragment), or one whose own key
+//!   has a large message queued, while the whole queue is over the limit.
+//!
+//! So the small lane stays within the limit plus a frame, and bulk within
+//! the limit plus one message. [`Conn::on_drain`] registers a wake-up that
+//! the writer runs once the reason is gone (or that `close` runs). The
+//! transport never blocks a sender itself: the runtime decides who waits.
+//!
 //! # Closing
 //!
 //! [`Conn::close`] is idempotent; the first caller's reason is kept. It shuts
@@ -50,14 +93,18 @@
 //! reader thread, when its loop ends, reports `peer_down` exactly once
 //! (`down_reported`).
 
+use std::borrow::Cow;
+use std::collections::VecDeque;
 use std::io::Read;
 use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use socket2::SockRef;
 
+use crate::frag::{self, Large, Reassembly, FRAGMENT, MAX_PARTIALS};
 use crate::frame::{self, kind, Decoder, Fill, FIRST_USER_KIND, FLAG_COMPRESSED};
 use crate::session::Sealer;
 use crate::{Handler, NetError, PeerInfo};
@@ -79,6 +126,42 @@ const DIRECT_FLAGS: libc::c_int = libc::MSG_DONTWAIT;
 const HOLD_MAX: usize = 32 << 10;
 /// Size of the reader's buffer (grows for larger frames, then shrinks back).
 pub(crate) const READ_BUF: usize = 256 << 10;
+/// Fragments taken per write at most (small frames go between writes).
+const FRAGS_PER_WRITE: usize = 4;
+
+/// A wake-up for a sender waiting for a busy connection to drain.
+pub(crate) type DrainWaker = Box<dyn FnOnce() + Send>;
+
+/// What waits behind a flight of the same key.
+#[derive(Debug)]
+enum Item {
+    /// An encoded small frame.
+    Small(Vec<u8>),
+    /// A large message (becomes a flight in turn).
+    Big(Large),
+}
+
+/// A large message and what its sender sent after it.
+#[derive(Debug)]
+struct Flight {
+    large: Large,
+    after: VecDeque<Item>,
+}
+
+/// One fragment taken for the wire: frame kind, header, the data it is in.
+type Piece = (u8, Vec<u8>, Arc<Vec<u8>>, std::ops::Range<usize>);
+
+/// Limits of one connection.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    /// Largest wire frame accepted.
+    pub(crate) max_frame: usize,
+    /// Largest message (fragmented or not) sent or accepted.
+    pub(crate) max_message: usize,
+    pub(crate) compress_threshold: usize,
+    /// Queued bytes past which the connection is busy.
+    pub(crate) busy_limit: usize,
+}
 
 /// Frames waiting for the writer. Guarded by `Conn::out`.
 #[derive(Debug)]
@@ -103,9 +186,130 @@ struct Outbox {
     last_push: Instant,
     /// When the writer last parked; written by the writer.
     idle_since: Instant,
+    /// Large messages being sent, round-robin (see "Lanes").
+    flights: VecDeque<Flight>,
+    /// Large messages not started yet (over the in-flight bound), in order.
+    waiting: VecDeque<Flight>,
+    /// Sum of the sizes of `flights`.
+    in_flight: usize,
+    /// Bytes queued outside `buf`: flights' bytes not taken, chains, waiting.
+    deferred: usize,
+    /// The next flight's id.
+    next_id: u64,
+    /// Senders waiting for the queue to drain (see "Busy").
+    drain: Drain,
+}
+
+/// The wake-ups of `Outbox::drain`: `true` for a bulk waiter (woken once
+/// the whole queue is at the limit), `false` for one that waits for the
+/// small lane (`buf`) only.
+#[derive(Default)]
+struct Drain(Vec<(bool, DrainWaker)>);
+
+impl std::fmt::Debug for Drain {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} waiting", self.0.len())
+    }
 }
 
 impl Outbox {
+    fn queued(&self) -> usize {
+        self.buf.len() + self.sealed.len() + self.deferred
+    }
+
+    /// Bytes in the small lane (whole frames in the FIFO).
+    fn small(&self) -> usize {
+        self.buf.len() + self.sealed.len()
+    }
+
+    /// Why a sender of key `key` about to send `size` bytes must wait, if it
+    /// must (see "Busy"): `Some(false)` for the small lane, `Some(true)`
+    /// for bulk.
+    fn busy_for(&mut self, key: u64, size: usize, limit: usize) -> Option<bool> {
+        if self.small() > limit {
+            return Some(false);
+        }
+        if self.queued() > limit && (size > FRAGMENT || self.flight_of(key).is_some()) {
+            return Some(true);
+        }
+        None
+    }
+
+    /// The flight (in progress or waiting) of order key `key`.
+    fn flight_of(&mut self, key: u64) -> Option<&mut Flight> {
+        if self.flights.is_empty() {
+            return None;
+        }
+        let k = |f: &&mut Flight| f.large.key == key;
+        self.flights
+            .iter_mut()
+            .find(k)
+            .or_else(|| self.waiting.iter_mut().find(k))
+    }
+
+    /// Starts `f`, or queues it behind the in-flight bound.
+    fn enqueue(&mut self, f: Flight, max_message: usize) {
+        let len = f.large.data.len();
+        if self.waiting.is_empty()
+            && (self.flights.is_empty()
+                || (self.flights.len() < MAX_PARTIALS && self.in_flight + len <= max_message))
+        {
+            self.in_flight += len;
+            self.flights.push_back(f);
+        } else {
+            self.waiting.push_back(f);
+        }
+    }
+
+    /// Takes up to `FRAGS_PER_WRITE` fragments, round-robin; a flight whose
+    /// last fragment is taken hands its chain on.
+    fn take_fragments(&mut self, pieces: &mut Vec<Piece>, max_message: usize) {
+        for _ in 0..FRAGS_PER_WRITE {
+            let Some(mut f) = self.flights.pop_front() else {
+                return;
+            };
+            let first = f.large.sent == 0;
+            let mut header = Vec::with_capacity(frag::BEGIN_HEADER);
+            let range = f.large.next_fragment(&mut header);
+            self.deferred -= range.len();
+            let k = if first {
+                kind::FRAG_BEGIN
+            } else {
+                kind::FRAG_MORE
+            };
+            pieces.push((k, header, f.large.data.clone(), range));
+            if !f.large.done() {
+                self.flights.push_back(f);
+                continue;
+            }
+            self.in_flight -= f.large.data.len();
+            let mut rest = f.after;
+            while let Some(item) = rest.pop_front() {
+                match item {
+                    Item::Small(v) => {
+                        self.deferred -= v.len();
+                        self.buf.extend_from_slice(&v);
+                    }
+                    Item::Big(large) => {
+                        let after = std::mem::take(&mut rest);
+                        self.enqueue(Flight { large, after }, max_message);
+                    }
+                }
+            }
+            while let Some(w) = self.waiting.front() {
+                let len = w.large.data.len();
+                if !self.flights.is_empty()
+                    && (self.flights.len() >= MAX_PARTIALS || self.in_flight + len > max_message)
+                {
+                    break;
+                }
+                let w = self.waiting.pop_front().expect("front");
+                self.in_flight += len;
+                self.flights.push_back(w);
+            }
+        }
+    }
+
     /// Whether traffic is sparse: neither the last write-or-wake decision
     /// nor the writer's parking was less than `DIRECT_GAP` ago.
     fn sparse(&self, now: Instant) -> bool {
@@ -135,8 +339,11 @@ pub(crate) struct Conn {
     announced: AtomicBool,
     /// Set by whoever reports `peer_down` (normally the reader).
     down_reported: AtomicBool,
-    max_frame: usize,
-    compress_threshold: usize,
+    /// Set by a sender that took the queue past the busy limit, cleared by
+    /// the writer once it is at or under it: [`Conn::is_busy`] without the
+    /// outbox lock.
+    busy: AtomicBool,
+    limits: Limits,
     /// Silence after which the peer is declared dead.
     dead_after: Duration,
 }
@@ -146,8 +353,7 @@ impl Conn {
         info: PeerInfo,
         stream: TcpStream,
         sealer: Sealer,
-        max_frame: usize,
-        compress_threshold: usize,
+        limits: Limits,
         dead_after: Duration,
     ) -> Conn {
         Conn {
@@ -163,58 +369,155 @@ impl Conn {
                 held: false,
                 last_push: Instant::now(),
                 idle_since: Instant::now(),
+                flights: VecDeque::new(),
+                waiting: VecDeque::new(),
+                in_flight: 0,
+                deferred: 0,
+                next_id: 1,
+                drain: Drain::default(),
             }),
             wake: Condvar::new(),
             closed: AtomicBool::new(false),
             reason: Mutex::new(None),
             announced: AtomicBool::new(false),
             down_reported: AtomicBool::new(false),
-            max_frame,
-            compress_threshold,
+            busy: AtomicBool::new(false),
+            limits,
             dead_after,
         }
     }
 
-    /// Queues one frame; never touches the socket.
+    /// Queues one frame (order key 0); never touches the socket.
     pub(crate) fn send(&self, kind: u8, payload: &[u8]) -> Result<(), NetError> {
-        self.send_frame(kind, payload, false).map(|_| ())
+        self.send_frame(0, kind, Cow::Borrowed(payload), false)
+            .map(|_| ())
     }
 
     /// Queues one frame without waking the writer or writing (see "Held
     /// frames"); `true`: the frame is held, and the caller must call
     /// [`flush`](Conn::flush) soon.
     pub(crate) fn send_held(&self, kind: u8, payload: &[u8]) -> Result<bool, NetError> {
-        self.send_frame(kind, payload, true)
+        self.send_frame(0, kind, Cow::Borrowed(payload), true)
     }
 
-    fn send_frame(&self, kind: u8, payload: &[u8], hold: bool) -> Result<bool, NetError> {
+    /// Queues one frame of order key `key` (see "Lanes"), held if `hold`
+    /// (see [`send_held`](Conn::send_held)).
+    pub(crate) fn send_frame(
+        &self,
+        key: u64,
+        kind: u8,
+        payload: Cow<'_, [u8]>,
+        hold: bool,
+    ) -> Result<bool, NetError> {
         if kind < FIRST_USER_KIND {
             return Err(NetError::ReservedKind(kind));
         }
-        if payload.len() > self.max_frame {
-            return Err(NetError::FrameTooLarge {
+        let l = &self.limits;
+        if payload.len() > l.max_message {
+            return Err(NetError::MessageTooLarge {
                 size: payload.len(),
-                max: self.max_frame,
+                max: l.max_message,
             });
         }
-        if payload.len() > self.compress_threshold {
-            let z = frame::deflate(payload);
+        // Compressed only up to the frame limit: deflating a message of
+        // hundreds of MiB would hold the sender for seconds.
+        if payload.len() > l.compress_threshold && payload.len() <= l.max_frame {
+            let z = frame::deflate(&payload);
             if z.len() < payload.len() {
-                return self.push(hold, |buf| frame::encode(buf, kind, FLAG_COMPRESSED, &z));
+                return self.push_any(key, kind, FLAG_COMPRESSED, Cow::Owned(z), hold);
             }
         }
-        self.push(hold, |buf| frame::encode(buf, kind, 0, payload))
+        self.push_any(key, kind, 0, payload, hold)
     }
 
-    /// Appends a frame; `true`: it is held for the caller's `flush`.
-    #[inline]
-    fn push(&self, hold: bool, encode: impl FnOnce(&mut Vec<u8>)) -> Result<bool, NetError> {
+    fn push_any(
+        &self,
+        key: u64,
+        kind: u8,
+        flags: u8,
+        payload: Cow<'_, [u8]>,
+        hold: bool,
+    ) -> Result<bool, NetError> {
+        if payload.len() > FRAGMENT {
+            return self.push_large(key, kind, flags, payload.into_owned());
+        }
+        self.push(key, hold, frame::HEADER_LEN + payload.len(), |buf| {
+            frame::encode(buf, kind, flags, &payload)
+        })
+    }
+
+    /// Queues a large message as a flight, or behind its key's flight.
+    fn push_large(&self, key: u64, kind: u8, flags: u8, data: Vec<u8>) -> Result<bool, NetError> {
         let mut out = self.out.lock();
         if out.closed {
             return Err(NetError::NotConnected(self.info.id));
         }
+        let id = out.next_id;
+        out.next_id += 1;
+        out.deferred += data.len();
+        let large = Large {
+            id,
+            key,
+            kind,
+            flags,
+            data: Arc::new(data),
+            sent: 0,
+        };
+        if out.queued() > self.limits.busy_limit {
+            self.busy.store(true, Ordering::Relaxed);
+        }
+        if let Some(f) = out.flight_of(key) {
+            f.after.push_back(Item::Big(large));
+        } else {
+            let max = self.limits.max_message;
+            out.enqueue(
+                Flight {
+                    large,
+                    after: VecDeque::new(),
+                },
+                max,
+            );
+        }
+        if out.writer_idle {
+            out.writer_idle = false;
+            out.held = false;
+            drop(out);
+            self.wake.notify_one();
+        }
+        Ok(false)
+    }
+
+    /// Appends a frame of `len` encoded bytes; `true`: it is held for the
+    /// caller's `flush`.
+    #[inline]
+    fn push(
+        &self,
+        key: u64,
+        hold: bool,
+        len: usize,
+        encode: impl FnOnce(&mut Vec<u8>),
+    ) -> Result<bool, NetError> {
+        let mut out = self.out.lock();
+        if out.closed {
+            return Err(NetError::NotConnected(self.info.id));
+        }
+        if let Some(f) = out.flight_of(key) {
+            // Behind its sender's large message (see "Lanes"); the writer is
+            // busy with that one.
+            let mut v = Vec::with_capacity(len);
+            encode(&mut v);
+            f.after.push_back(Item::Small(v));
+            out.deferred += len;
+            if out.queued() > self.limits.busy_limit {
+                self.busy.store(true, Ordering::Relaxed);
+            }
+            return Ok(false);
+        }
         let was_empty = out.buf.is_empty();
         encode(&mut out.buf);
+        if out.queued() > self.limits.busy_limit {
+            self.busy.store(true, Ordering::Relaxed);
+        }
         if !out.writer_idle {
             return Ok(false);
         }
@@ -286,14 +589,65 @@ impl Conn {
             self.closed.store(true, Ordering::Release);
         }
         let _ = self.stream.shutdown(Shutdown::Both);
-        self.out.lock().closed = true;
+        let drain = {
+            let mut out = self.out.lock();
+            out.closed = true;
+            // Nothing queued will be sent: free it now.
+            out.flights.clear();
+            out.waiting.clear();
+            out.deferred = 0;
+            out.in_flight = 0;
+            self.busy.store(false, Ordering::Relaxed);
+            std::mem::take(&mut out.drain.0)
+        };
         self.wake.notify_one();
+        for (_, w) in drain {
+            w();
+        }
     }
 
     /// Bytes queued and not yet handed to the socket.
     pub(crate) fn queued_bytes(&self) -> usize {
-        let out = self.out.lock();
-        out.buf.len() + out.sealed.len()
+        self.out.lock().queued()
+    }
+
+    /// Whether more than the busy limit is queued (as last seen by a
+    /// sender or the writer; [`on_drain`](Conn::on_drain) checks exactly).
+    #[inline]
+    pub(crate) fn is_busy(&self) -> bool {
+        self.busy.load(Ordering::Relaxed)
+    }
+
+    /// Whether a sender of key `key` about to send `size` bytes must wait
+    /// (see "Busy").
+    #[inline]
+    pub(crate) fn busy_for(&self, key: u64, size: usize) -> bool {
+        if !self.is_busy() {
+            return false;
+        }
+        let limit = self.limits.busy_limit;
+        self.out.lock().busy_for(key, size, limit).is_some()
+    }
+
+    /// Runs `wake` once a sender of key `key` about to send `size` bytes
+    /// need not wait any more (see "Busy"), or the connection closed;
+    /// `false` (and `wake` dropped unrun) if that is the case already.
+    pub(crate) fn on_drain(&self, key: u64, size: usize, wake: DrainWaker) -> bool {
+        let limit = self.limits.busy_limit;
+        let mut out = self.out.lock();
+        if out.queued() <= limit {
+            self.busy.store(false, Ordering::Relaxed);
+        }
+        if out.closed {
+            return false;
+        }
+        match out.busy_for(key, size, limit) {
+            Some(bulk) => {
+                out.drain.0.push((bulk, wake));
+                true
+            }
+            None => false,
+        }
     }
 
     /// Why the connection closed (`Closed` if it has not).
@@ -325,6 +679,7 @@ impl Conn {
         let mut spare: Vec<u8> = Vec::with_capacity(WRITE_BUF);
         let mut wire: Vec<u8> = Vec::with_capacity(WRITE_BUF);
         let mut last_write = Instant::now();
+        let mut pieces: Vec<Piece> = Vec::new();
         loop {
             {
                 let mut out = self.out.lock();
@@ -332,11 +687,30 @@ impl Conn {
                     if out.closed {
                         return;
                     }
-                    if !out.buf.is_empty() || !out.sealed.is_empty() {
+                    let limit = self.limits.busy_limit;
+                    let all = out.queued() <= limit;
+                    if all {
+                        self.busy.store(false, Ordering::Relaxed);
+                    }
+                    if !out.drain.0.is_empty() && out.small() <= limit {
+                        let (go, stay): (Vec<_>, Vec<_>) = std::mem::take(&mut out.drain.0)
+                            .into_iter()
+                            .partition(|(bulk, _)| all || !bulk);
+                        out.drain.0 = stay;
+                        if !go.is_empty() {
+                            MutexGuard::unlocked(&mut out, || {
+                                go.into_iter().for_each(|(_, w)| w())
+                            });
+                            continue;
+                        }
+                    }
+                    if !out.buf.is_empty() || !out.sealed.is_empty() || !out.flights.is_empty() {
                         std::mem::swap(&mut out.buf, &mut spare);
                         wire.extend_from_slice(&out.sealed);
                         out.sealed.clear();
                         out.held = false; // the writer takes them
+                        let max = self.limits.max_message;
+                        out.take_fragments(&mut pieces, max);
                         break;
                     }
                     let due = last_write + tick;
@@ -352,6 +726,15 @@ impl Conn {
                     self.wake.wait_until(&mut out, due);
                     out.writer_idle = false;
                 }
+            }
+            for (k, header, data, range) in pieces.drain(..) {
+                let len = header.len() + range.len();
+                spare.reserve(frame::HEADER_LEN + len);
+                spare.extend_from_slice(&(len as u32).to_be_bytes());
+                spare.push(k);
+                spare.push(0);
+                spare.extend_from_slice(&header);
+                spare.extend_from_slice(&data[range]);
             }
             // `wire`: what a direct write left unsent; then the batch,
             // sealed where it is (no copy; see `Sealer::seal_write`).
@@ -381,6 +764,7 @@ impl Conn {
         handler: &dyn Handler,
     ) -> NetError {
         let mut last_rx = Instant::now();
+        let mut parts = Reassembly::new(self.limits.max_message);
         loop {
             loop {
                 if self.is_closed() {
@@ -391,14 +775,27 @@ impl Conn {
                     Ok(None) => break,
                     Err(e) => return e,
                 };
-                match f.kind {
-                    kind::HEARTBEAT => {}
+                let whole = match f.kind {
+                    kind::HEARTBEAT => continue,
+                    kind::FRAG_BEGIN | kind::FRAG_MORE if f.flags != 0 => {
+                        return NetError::Protocol("flags on a fragment frame".into())
+                    }
+                    kind::FRAG_BEGIN => match parts.begin(f.payload, last_rx) {
+                        Ok(Some(w)) => w,
+                        Ok(None) => continue,
+                        Err(e) => return e,
+                    },
+                    kind::FRAG_MORE => match parts.more(f.payload, last_rx) {
+                        Ok(Some(w)) => w,
+                        Ok(None) => continue,
+                        Err(e) => return e,
+                    },
                     k if k < FIRST_USER_KIND => {
                         return NetError::Protocol(format!("unexpected transport frame kind {k}"))
                     }
                     k => {
                         let payload = if f.flags & FLAG_COMPRESSED != 0 {
-                            match frame::inflate(f.payload, self.max_frame) {
+                            match frame::inflate(f.payload, self.limits.max_frame) {
                                 Ok(p) => p,
                                 Err(e) => return e,
                             }
@@ -406,7 +803,23 @@ impl Conn {
                             f.payload.to_vec()
                         };
                         handler.frame(&self.info, k, payload);
+                        continue;
                     }
+                };
+                let (k, flags, data) = whole;
+                let payload = if flags & FLAG_COMPRESSED != 0 {
+                    match frame::inflate(&data, self.limits.max_message) {
+                        Ok(p) => p,
+                        Err(e) => return e,
+                    }
+                } else {
+                    data
+                };
+                handler.frame(&self.info, k, payload);
+            }
+            if parts.in_progress() > 0 {
+                if let Err(e) = parts.check_stalled(Instant::now(), self.dead_after) {
+                    return e;
                 }
             }
             match dec.read_from(stream) {

@@ -48,6 +48,15 @@ pub enum NetError {
         /// The configured maximum.
         max: usize,
     },
+    /// [`send`](crate::Transport::send) was given a message over the
+    /// configured [`max_message_size`](crate::NetConfig::max_message_size):
+    /// nothing was sent.
+    MessageTooLarge {
+        /// The message's size in bytes.
+        size: usize,
+        /// The configured maximum.
+        max: usize,
+    },
     /// [`send`](crate::Transport::send) was given a kind below
     /// [`FIRST_USER_KIND`](crate::FIRST_USER_KIND), which the transport keeps
     /// for itself.
@@ -87,6 +96,10 @@ impl fmt::Display for NetError {
                     "frame of {size} bytes exceeds the maximum of {max} bytes"
                 )
             }
+            NetError::MessageTooLarge { size, max } => write!(
+                f,
+                "message of {size} bytes exceeds the maximum message size of {max} bytes"
+            ),
             NetError::ReservedKind(k) => write!(
                 f,
                 "frame kind {k} is reserved for the transport (use {} and above)",

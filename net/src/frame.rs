@@ -45,7 +45,9 @@ pub(crate) const FLAG_COMPRESSED: u8 = 1;
 /// | 2      | handshake: a Noise message                       |
 /// | 3      | handshake: a clear refusal                       |
 /// | 4      | heartbeat (empty payload)                        |
-/// | 5..=15 | reserved; receiving one drops the connection     |
+/// | 5      | the first fragment of a large message (`frag.rs`) |
+/// | 6      | a further fragment of a large message            |
+/// | 7..=15 | reserved; receiving one drops the connection     |
 ///
 /// [`Transport::send`](crate::Transport::send) refuses kinds below this value.
 pub const FIRST_USER_KIND: u8 = 16;
@@ -60,6 +62,10 @@ pub(crate) mod kind {
     pub(crate) const STATUS: u8 = 3;
     /// Sent by an idle writer once per heartbeat tick.
     pub(crate) const HEARTBEAT: u8 = 4;
+    /// The first fragment of a large message (see `frag.rs`).
+    pub(crate) const FRAG_BEGIN: u8 = 5;
+    /// A further fragment of a large message.
+    pub(crate) const FRAG_MORE: u8 = 6;
 }
 
 /// Appends one frame to `out`, payload as given.

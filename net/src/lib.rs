@@ -81,6 +81,7 @@ mod config;
 mod conn;
 mod cookie;
 mod error;
+mod frag;
 mod frame;
 mod handshake;
 mod noise_crypto;

@@ -68,7 +68,7 @@ impl RawClient {
             (Outcome::Up(h), session, rest) => {
                 let (sealer, opener) = session.split();
                 let reader = SealedReader::new(stream.try_clone()?, opener, &rest);
-                let dec = Decoder::new(READ_BUF, cfg.max_frame);
+                let dec = Decoder::new(READ_BUF, cfg.wire_frame_max());
                 let raw = RawClient {
                     stream,
                     reader,

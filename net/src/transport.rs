@@ -293,7 +293,8 @@ impl Transport {
     ///
     /// [`NetError::NotConnected`] when the peer is (or is going) down,
     /// [`NetError::ReservedKind`] for `kind < FIRST_USER_KIND`,
-    /// [`NetError::FrameTooLarge`].
+    /// [`NetError::MessageTooLarge`] over the
+    /// [`max_message_size`](NetConfig::max_message_size).
     #[inline]
     pub fn send(&self, peer: PeerId, kind: u8, payload: &[u8]) -> Result<(), NetError> {
         let peers = self.inner.peers.read();
@@ -440,9 +441,90 @@ impl PeerSender {
 
     /// Bytes queued for this peer and not yet written to its socket. The
     /// outbox is unbounded; a sender that must not outrun a slow peer can
-    /// watch this.
+    /// watch this, or wait with [`on_drain`](PeerSender::on_drain).
     pub fn queued_bytes(&self) -> usize {
         self.conn.queued_bytes()
+    }
+
+    /// As [`send_held`](PeerSender::send_held) (or [`send`](PeerSender::send)
+    /// when `hold` is false), with an order key, taking the payload by value
+    /// (a large message is not copied). Frames with the same key arrive in
+    /// the order sent; a small frame of another key may overtake a large
+    /// message (over 64 KiB) still going out in fragments. `send` and
+    /// `send_held` use key 0.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use graft_net::{Handler, NetConfig, NetError, PeerInfo, Transport};
+    /// # struct Quiet;
+    /// # impl Handler for Quiet {
+    /// #     fn peer_up(&self, _: &PeerInfo) {}
+    /// #     fn frame(&self, _: &PeerInfo, _: u8, _: Vec<u8>) {}
+    /// #     fn peer_down(&self, _: &PeerInfo, _: &NetError) {}
+    /// # }
+    /// # let addr = "127.0.0.1:0".parse().unwrap();
+    /// # let a = Transport::start(NetConfig::new("a", addr).cookie("c"), Arc::new(Quiet)).unwrap();
+    /// # let b = Transport::start(NetConfig::new("b", addr).cookie("c"), Arc::new(Quiet)).unwrap();
+    /// let peer = a.connect(b.local_addr()).unwrap();
+    /// let s = a.sender(peer.id).unwrap();
+    /// s.send_keyed(7, 16, vec![0; 1 << 20], false).unwrap(); // in fragments
+    /// s.send_keyed(7, 16, b"after it".to_vec(), false).unwrap();
+    /// # a.shutdown(); b.shutdown();
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`Transport::send`].
+    pub fn send_keyed(
+        &self,
+        key: u64,
+        kind: u8,
+        payload: Vec<u8>,
+        hold: bool,
+    ) -> Result<bool, NetError> {
+        self.conn
+            .send_frame(key, kind, std::borrow::Cow::Owned(payload), hold)
+    }
+
+    /// As [`send_keyed`](PeerSender::send_keyed), with a borrowed payload.
+    ///
+    /// # Errors
+    ///
+    /// As [`Transport::send`].
+    pub fn send_keyed_ref(
+        &self,
+        key: u64,
+        kind: u8,
+        payload: &[u8],
+        hold: bool,
+    ) -> Result<bool, NetError> {
+        self.conn
+            .send_frame(key, kind, std::borrow::Cow::Borrowed(payload), hold)
+    }
+
+    /// Whether more than the [`busy_limit`](NetConfig::busy_limit) is queued
+    /// (Erlang's busy distribution port), as last seen by a sender or the
+    /// writer.
+    pub fn is_busy(&self) -> bool {
+        self.conn.is_busy()
+    }
+
+    /// Whether a sender with order key `key` about to send `size` bytes
+    /// should wait: while the small frames queued alone pass the busy
+    /// limit (everyone waits), or while the whole queue does and this
+    /// sender sends a large message (over 64 KiB) or has one queued. Small
+    /// traffic of other senders keeps moving past bulk data.
+    pub fn busy_for(&self, key: u64, size: usize) -> bool {
+        self.conn.busy_for(key, size)
+    }
+
+    /// Calls `wake` (on the connection's writer thread, or on whoever closes
+    /// it) once [`busy_for`](PeerSender::busy_for)`(key, size)` no longer
+    /// holds, or the connection closed. Returns `false`, dropping `wake`
+    /// unrun, when that is so already. Wake-ups may be spurious: re-check.
+    /// Keep `wake` short (an unpark).
+    pub fn on_drain(&self, key: u64, size: usize, wake: Box<dyn FnOnce() + Send>) -> bool {
+        self.conn.on_drain(key, size, wake)
     }
 }
 
@@ -717,7 +799,7 @@ impl Inner {
         let (c, me) = (conn.clone(), self.clone());
         let reader = Reader {
             src: SealedReader::new(stream, reader.0, &reader.1).with_plain(reader.2),
-            dec: Decoder::new(READ_BUF, self.cfg.max_frame),
+            dec: Decoder::new(READ_BUF, self.cfg.wire_frame_max()),
         };
         let started = self.spawn("graft-net-rd", move || {
             me.announce(&c);
@@ -766,8 +848,12 @@ impl Inner {
             hello.peer_info(PeerId(self.next_id())),
             stream.try_clone()?,
             sealer,
-            self.cfg.max_frame,
-            self.cfg.compress_threshold,
+            crate::conn::Limits {
+                max_frame: self.cfg.max_frame,
+                max_message: self.cfg.max_message,
+                compress_threshold: self.cfg.compress_threshold,
+                busy_limit: self.cfg.busy_limit,
+            },
             self.dead_after(hello),
         )))
     }
@@ -1082,7 +1168,7 @@ impl Inner {
                 let (opener, raw, plain) = opened.expect("the session");
                 let reader = Reader {
                     src: SealedReader::new(stream.try_clone()?, opener, &raw).with_plain(plain),
-                    dec: Decoder::new(READ_BUF, self.cfg.max_frame),
+                    dec: Decoder::new(READ_BUF, self.cfg.wire_frame_max()),
                 };
                 Ok(Connected::New(conn, reader))
             }

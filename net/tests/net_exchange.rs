@@ -144,7 +144,7 @@ fn send_refuses_reserved_kinds_and_oversized_frames() {
     init_log();
     let (a, _ra) = start(
         config("a", "c")
-            .max_frame(1000)
+            .max_message_size(1000)
             .compress_threshold(usize::MAX),
     );
     let (b, _rb) = start(config("b", "c"));
@@ -157,7 +157,7 @@ fn send_refuses_reserved_kinds_and_oversized_frames() {
     }
     assert!(matches!(
         a.send(pb.id, 20, &[0; 1001]),
-        Err(NetError::FrameTooLarge {
+        Err(NetError::MessageTooLarge {
             size: 1001,
             max: 1000
         })

@@ -40,6 +40,7 @@ use crate::pid::{MonitorRef, NodeId, Pid};
 use crate::process::Mail;
 use ahash::AHashMap;
 use graft_net::{Handler, NetError, PeerId, PeerInfo, PeerSender, Transport, FIRST_USER_KIND};
+use std::borrow::Cow;
 use std::cell::RefCell;
 use std::net::SocketAddr;
 use std::sync::{OnceLock, Weak};
@@ -59,31 +60,111 @@ const DELIVER_HEADER: usize = 8 + 4 + 8 + 8;
 /// 64 KiB process stack.
 const BIG_FRAME: usize = 16 << 10;
 
-/// Queues a frame on a peer connection (see [`BIG_FRAME`]). On a worker
-/// thread the frame is held for [`flush_held`], which the worker runs once
+/// Queues a frame on a peer connection (see [`BIG_FRAME`]), with order key
+/// `key` (see [`order_key`]). On a worker thread the frame is held for
+/// [`flush_held`], which the worker runs once
 /// the process it resumed stops: what a process sends in one run leaves in
 /// one write, from the worker, without waking the connection's writer
 /// thread. (A process that runs on without stopping has its frames flushed
 /// by the timer thread within a tick, see [`Dist::flush_all_held`], or by
-/// the writer once 32 KiB are held.)
-pub(crate) fn queue(sender: &PeerSender, kind: u8, payload: &[u8]) -> Result<(), NetError> {
-    let send = || {
-        let Some(w) = crate::context::worker() else {
-            return sender.send(kind, payload);
+/// the writer once 32 KiB are held.) A payload over 64 KiB goes in
+/// fragments (graft-net), taken by value when owned.
+pub(crate) fn queue(
+    sender: &PeerSender,
+    key: u64,
+    kind: u8,
+    payload: Cow<'_, [u8]>,
+) -> Result<(), NetError> {
+    let big = payload.len() >= BIG_FRAME;
+    let send = move || {
+        let hold = crate::context::worker().is_some();
+        let held = match payload {
+            Cow::Borrowed(p) => sender.send_keyed_ref(key, kind, p, hold)?,
+            Cow::Owned(p) => sender.send_keyed(key, kind, p, hold)?,
         };
-        if sender.send_held(kind, payload)? {
-            let mut held = w.held_frames.borrow_mut();
-            if !held.iter().any(|s| s.same_peer(sender)) {
-                held.push(sender.clone());
+        if held {
+            if let Some(w) = crate::context::worker() {
+                let mut held = w.held_frames.borrow_mut();
+                if !held.iter().any(|s| s.same_peer(sender)) {
+                    held.push(sender.clone());
+                }
             }
         }
         Ok(())
     };
-    if payload.len() >= BIG_FRAME {
+    if big {
         crate::context::on_worker_stack(send)
     } else {
         send()
     }
+}
+
+/// The order key of frames sent now: the running process (frames of one
+/// process keep their order, see graft-net's `send_keyed`), else 0.
+#[inline]
+fn order_key() -> u64 {
+    crate::context::process().map_or(0, |p| key_of(p.pid))
+}
+
+#[inline]
+fn key_of(pid: Pid) -> u64 {
+    pid.serial().wrapping_add(1)
+}
+
+/// The order key of a control command: the process whose signal it is, so
+/// that it stays behind that process's messages (Erlang's per-pair order of
+/// signals), else the running process.
+fn ctl_key(c: &Ctl) -> u64 {
+    match c {
+        Ctl::Exit { from, .. } | Ctl::Link { from, .. } | Ctl::Unlink { from, .. } => key_of(*from),
+        Ctl::Down { target, .. } => key_of(*target),
+        Ctl::Monitor { watcher, .. } | Ctl::MonitorName { watcher, .. } => key_of(*watcher),
+        _ => order_key(),
+    }
+}
+
+/// The runtime's error for a transport error on a send to `node`.
+fn send_error(node: NodeId, e: NetError) -> Error {
+    match e {
+        NetError::MessageTooLarge { size, max } => Error::MessageTooLarge { size, limit: max },
+        _ => Error::NoConnection(node),
+    }
+}
+
+/// Whether the caller may be suspended by a busy connection: a process, or
+/// a thread that is not one of the runtime's own (node loop, readers,
+/// timers must never wait on a peer's queue).
+fn may_wait() -> bool {
+    crate::context::process().is_some()
+        || (crate::context::worker().is_none()
+            && !std::thread::current()
+                .name()
+                .is_some_and(|n| n.starts_with("graft")))
+}
+
+/// Erlang's `busy_dist_port`: while the connection is busy for this sender
+/// (graft-net's `busy_for`: its queue past the busy limit, and this a large
+/// message or a sender with one queued; or small frames alone past it), a
+/// process sending to it is suspended (parked, its worker runs others) and
+/// a plain thread blocks, until the writer drains it or the connection
+/// closes. The runtime's own threads (node loop, readers) never wait.
+fn wait_not_busy(sender: &PeerSender, key: u64, size: usize) {
+    if !sender.busy_for(key, size) || !may_wait() {
+        return;
+    }
+    let started = std::time::Instant::now();
+    loop {
+        let u = crate::wakeup::Unparker::current();
+        if !sender.on_drain(key, size, Box::new(move || u.unpark())) {
+            break; // drained (or closed) meanwhile
+        }
+        crate::wakeup::park();
+    }
+    log::trace!(
+        "graft: suspended {:?} on busy connection to {}",
+        started.elapsed(),
+        sender.peer().name
+    );
 }
 
 /// Writes the frames held on the connections in `held` (a worker's list,
@@ -313,24 +394,61 @@ impl Dist {
         kind: u8,
         payload: &[u8],
     ) -> Result<(), Error> {
+        self.send_keyed(node, only, order_key(), kind, Cow::Borrowed(payload))
+    }
+
+    fn send_keyed(
+        &self,
+        node: NodeId,
+        only: Option<PeerId>,
+        key: u64,
+        kind: u8,
+        payload: Cow<'_, [u8]>,
+    ) -> Result<(), Error> {
         let peers = self.peers.read();
         let peer = peers
             .get(&node)
             .filter(|p| only.is_none() || only == Some(p.info.id))
             .ok_or(Error::NoConnection(node))?;
-        peer.counters.sent(payload.len());
-        queue(&peer.sender, kind, payload).map_err(|_| Error::NoConnection(node))
+        let len = payload.len();
+        match queue(&peer.sender, key, kind, payload) {
+            Ok(()) => {
+                peer.counters.sent(len);
+                Ok(())
+            }
+            Err(e) => {
+                let e = send_error(node, e);
+                if let Error::MessageTooLarge { .. } = e {
+                    peer.counters
+                        .too_large
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                Err(e)
+            }
+        }
     }
 
     /// Sends a control command to `node`.
     pub(crate) fn send_ctl(&self, node: NodeId, c: &Ctl) -> Result<(), Error> {
-        self.send_frame(node, None, KIND_CTL, &graph::encode(c))
+        self.send_keyed(
+            node,
+            None,
+            ctl_key(c),
+            KIND_CTL,
+            Cow::Owned(graph::encode(c)),
+        )
     }
 
     /// Sends a control command on one connection to `node`: a command whose
     /// record names that connection (see [`Watches`]).
     pub(crate) fn send_ctl_on(&self, node: NodeId, conn: PeerId, c: &Ctl) -> Result<(), Error> {
-        self.send_frame(node, Some(conn), KIND_CTL, &graph::encode(c))
+        self.send_keyed(
+            node,
+            Some(conn),
+            ctl_key(c),
+            KIND_CTL,
+            Cow::Owned(graph::encode(c)),
+        )
     }
 
     /// Closes the connection to `node`; `false` if there was none. What
@@ -354,8 +472,22 @@ impl Dist {
     }
 
     /// Sends an encoded message to a remote pid (dropped if its node or its
-    /// incarnation is gone, as a send to a dead process is).
+    /// incarnation is gone, as a send to a dead process is). A message over
+    /// the maximum message size is logged at `error` and counted.
     pub(crate) fn deliver_encoded(&self, to: Pid, desc: u64, bytes: &[u8]) {
+        if let Err(e) = self.try_deliver_encoded(to, desc, bytes) {
+            log::error!("graft: message to {to} dropped: {e}");
+        }
+    }
+
+    /// As [`deliver_encoded`](Dist::deliver_encoded), returning
+    /// `Error::MessageTooLarge` rather than logging it (`send_to`).
+    pub(crate) fn try_deliver_encoded(
+        &self,
+        to: Pid,
+        desc: u64,
+        bytes: &[u8],
+    ) -> Result<(), Error> {
         let make = || {
             let mut frame = Vec::with_capacity(DELIVER_HEADER + bytes.len());
             frame.extend_from_slice(&to.node().0.to_le_bytes());
@@ -365,26 +497,66 @@ impl Dist {
             frame.extend_from_slice(bytes);
             frame
         };
-        self.send_to_pid_node(to, KIND_DELIVER, make);
+        self.try_send_to_pid(to, KIND_DELIVER, DELIVER_HEADER + bytes.len(), make)
     }
 
     /// Queues the frame `make` builds for the node of `to`, if connected to
     /// its incarnation; if that node is not connected, hands it to
     /// auto-connect (see `netmon.rs`), which may hold it until connected.
+    /// A frame over the maximum message size is logged and counted.
     pub(crate) fn send_to_pid_node(&self, to: Pid, kind: u8, make: impl FnOnce() -> Vec<u8>) {
+        if let Err(e) = self.try_send_to_pid(to, kind, 0, make) {
+            log::error!("graft: frame for {to} dropped: {e}");
+        }
+    }
+
+    /// As [`send_to_pid_node`](Dist::send_to_pid_node), returning a message
+    /// over the maximum size as an error. The caller waits first while the
+    /// connection is busy (see [`wait_not_busy`]).
+    fn try_send_to_pid(
+        &self,
+        to: Pid,
+        kind: u8,
+        size: usize,
+        make: impl FnOnce() -> Vec<u8>,
+    ) -> Result<(), Error> {
+        let key = order_key();
+        let busy = self
+            .peers
+            .read()
+            .get(&to.node())
+            .filter(|p| p.sender.is_busy())
+            .map(|p| p.sender.clone());
+        if let Some(s) = busy {
+            wait_not_busy(&s, key, size);
+        }
         {
             let peers = self.peers.read();
             if let Some(peer) = peers.get(&to.node()) {
                 if peer.info.creation != to.creation() {
-                    return; // an earlier incarnation: that process is dead
+                    return Ok(()); // an earlier incarnation: that process is dead
                 }
                 let frame = make();
-                peer.counters.sent(frame.len());
-                let _ = queue(&peer.sender, kind, &frame);
-                return;
+                let len = frame.len();
+                return match queue(&peer.sender, key, kind, Cow::Owned(frame)) {
+                    Ok(()) => {
+                        peer.counters.sent(len);
+                        Ok(())
+                    }
+                    Err(e) => match send_error(to.node(), e) {
+                        e @ Error::MessageTooLarge { .. } => {
+                            peer.counters
+                                .too_large
+                                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            Err(e)
+                        }
+                        _ => Ok(()), // going down: dropped, as to a dead process
+                    },
+                };
             }
         }
         self.mon.undeliverable(self, to, kind, make());
+        Ok(())
     }
 
     /// Sends a frame to `to`'s node if it is connected to that
@@ -397,7 +569,7 @@ impl Dist {
             return Some(false);
         }
         peer.counters.sent(frame.len());
-        Some(queue(&peer.sender, kind, frame).is_ok())
+        Some(queue(&peer.sender, order_key(), kind, Cow::Borrowed(frame)).is_ok())
     }
 
     /// Routes mail for a remote pid.

@@ -43,6 +43,15 @@ pub enum Error {
     Decode(crate::graph::DecodeError),
     /// A reply did not come in time.
     Timeout,
+    /// A message (or spawn body, or request) for another node is larger
+    /// than [`NodeConfig::max_message_size`](crate::NodeConfig::max_message_size):
+    /// nothing was sent.
+    MessageTooLarge {
+        /// Its encoded size in bytes.
+        size: usize,
+        /// The limit.
+        limit: usize,
+    },
 }
 
 impl fmt::Display for Error {
@@ -67,6 +76,10 @@ impl fmt::Display for Error {
             Error::Remote(s) => write!(f, "the remote node refused: {s}"),
             Error::Decode(e) => write!(f, "cannot decode a remote value: {e}"),
             Error::Timeout => f.write_str("timed out"),
+            Error::MessageTooLarge { size, limit } => write!(
+                f,
+                "a message of {size} bytes exceeds the maximum message size of {limit} bytes"
+            ),
         }
     }
 }

@@ -74,6 +74,7 @@ pub struct NodeConfig {
     pub(crate) busy_dist_limit: usize,
     pub(crate) tls: Option<graft_net::TlsConfig>,
     pub(crate) discovery: Option<crate::discovery::DiscoveryConfig>,
+    pub(crate) max_message_size: usize,
 }
 
 impl NodeConfig {
@@ -100,6 +101,7 @@ impl NodeConfig {
             busy_dist_limit: 1 << 20,
             discovery: None,
             tls: None,
+            max_message_size: graft_net::NetConfig::DEFAULT_MAX_MESSAGE_SIZE,
         }
     }
     /// The node's name, `name@host` (its [`NodeId`] is a hash of it, and it
@@ -325,6 +327,21 @@ impl NodeConfig {
         if let Some(d) = &mut self.discovery {
             d.interval = every.max(Duration::from_millis(10));
         }
+        self
+    }
+    /// The largest message (encoded) sent to or accepted from another node
+    /// (default 1 GiB). A larger one fails at the sender with
+    /// [`Error::MessageTooLarge`](crate::Error::MessageTooLarge): `send_to`,
+    /// `spawn_on` and calls return it, `send` logs it and counts it in
+    /// [`PeerStats::too_large`](crate::observe::PeerStats::too_large). Use the same value on
+    /// every node.
+    ///
+    /// ```
+    /// let cfg = graft::NodeConfig::new("127.0.0.1:0").max_message_size(256 << 20);
+    /// # let _ = cfg;
+    /// ```
+    pub fn max_message_size(mut self, bytes: usize) -> NodeConfig {
+        self.max_message_size = bytes;
         self
     }
 }
@@ -856,7 +873,10 @@ impl Node {
         if let Some(t) = config.handshake_timeout {
             net = net.handshake_timeout(t);
         }
-        net = net.encrypt(config.encrypt);
+        net = net
+            .encrypt(config.encrypt)
+            .max_message_size(config.max_message_size)
+            .busy_limit(config.busy_dist_limit);
         if let Some(tls) = config.tls.clone() {
             net = net.tls(tls);
         }

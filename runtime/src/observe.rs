@@ -30,6 +30,8 @@ pub(crate) struct PeerCounters {
     bytes_in: AtomicU64,
     frames_out: AtomicU64,
     bytes_out: AtomicU64,
+    /// Messages refused as over `max_message_size` (dist.rs).
+    pub(crate) too_large: AtomicU64,
 }
 
 impl PeerCounters {
@@ -60,6 +62,9 @@ pub struct PeerStats {
     pub frames_out: u64,
     /// Payload bytes sent to it.
     pub bytes_out: u64,
+    /// Messages to it refused at the sender as over the maximum message
+    /// size ([`Error::MessageTooLarge`]).
+    pub too_large: u64,
     /// Bytes waiting in its outbox now.
     pub queued_bytes: u64,
     /// Heartbeat round trip, where the transport measures it (not yet:
@@ -407,6 +412,7 @@ pub(crate) fn stats_of(n: &NodeShared) -> NodeStats {
             bytes_in: c.bytes_in.load(Relaxed),
             frames_out: c.frames_out.load(Relaxed),
             bytes_out: c.bytes_out.load(Relaxed),
+            too_large: c.too_large.load(Relaxed),
             queued_bytes: queued as u64,
             heartbeat_rtt_us: None,
         })

@@ -107,8 +107,11 @@ pub fn send<M: Message>(to: Pid, msg: M) {
 /// `Error::NotRegistered` for a name no process holds on this node;
 /// `Error::NotInProcess` outside a process; `Error::NotMobile` for a
 /// local-only message to another node; `Error::NoConnection` when that
-/// node is not connected. (A name unknown on another node is not reported:
-/// like Erlang, the message is dropped there.)
+/// node is not connected; `Error::MessageTooLarge` for a message over
+/// [`NodeConfig::max_message_size`](crate::NodeConfig::max_message_size).
+/// (A name unknown on another node is not reported: like Erlang, the
+/// message is dropped there.) A send to a node whose connection is busy
+/// waits until it drains, as [`send`] does.
 ///
 /// ```
 /// use graft::*;
@@ -127,7 +130,7 @@ pub fn send_to<M: Message>(to: impl Into<Dest>, msg: M) -> Result<(), Error> {
     match to.into() {
         Dest::Pid(p) if !w.node.is_local(p) => {
             let (desc, bytes) = msg.encode_remote()?;
-            w.node.dist.deliver_encoded(p, desc, &bytes);
+            w.node.dist.try_deliver_encoded(p, desc, &bytes)?;
         }
         Dest::Pid(p) => w.node.deliver(p, Mail::message(msg)),
         Dest::Name(n) => match w.node.registry.lookup(&n) {
