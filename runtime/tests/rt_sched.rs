@@ -247,7 +247,11 @@ fn a_thousand_callers_of_one_server_are_all_served() {
         })
         .unwrap();
     node.shutdown();
-    assert_eq!(counts.iter().sum::<u64>(), CALLS, "every call answered once");
+    assert_eq!(
+        counts.iter().sum::<u64>(),
+        CALLS,
+        "every call answered once"
+    );
     let mean = CALLS / CALLERS;
     let (min, max) = (counts.iter().min().unwrap(), counts.iter().max().unwrap());
     assert!(
