@@ -182,5 +182,6 @@ pub mod __loom {
     pub use crate::process::mailbox::Mailbox;
     pub use crate::process::state::ProcState;
     pub use crate::sched::idle::{Idle, Parker};
+    pub use crate::sched::run_queue::Slot;
     pub use crate::sched::spare::Spare;
 }

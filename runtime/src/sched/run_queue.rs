@@ -49,34 +49,60 @@ impl Runnable {
 }
 
 /// One slot holding at most one runnable process.
-#[derive(Debug)]
-pub(crate) struct LifoSlot(AtomicPtr<Process>);
-
-impl Default for LifoSlot {
-    fn default() -> Self {
-        LifoSlot(AtomicPtr::new(ptr::null_mut()))
-    }
-}
+#[derive(Debug, Default)]
+pub(crate) struct LifoSlot(Slot<Process>);
 
 impl LifoSlot {
     /// Puts `p` in the slot and returns the previous occupant, if any.
     #[inline]
     pub(crate) fn put(&self, p: Runnable) -> Option<Runnable> {
-        let old = self.0.swap(p.0.as_ptr(), Ordering::AcqRel);
-        NonNull::new(old).map(Runnable)
+        self.0.put(p.0).map(Runnable)
     }
 
     /// Takes the occupant, if any.
     #[inline]
     pub(crate) fn take(&self) -> Option<Runnable> {
-        if self.0.load(Ordering::Relaxed).is_null() {
-            return None;
-        }
-        NonNull::new(self.0.swap(ptr::null_mut(), Ordering::AcqRel)).map(Runnable)
+        self.0.take().map(Runnable)
     }
 
     /// `true` if a process waits in the slot.
     pub(crate) fn is_occupied(&self) -> bool {
+        self.0.is_occupied()
+    }
+}
+
+/// The slot's protocol, for any pointee (the loom model in
+/// `loom-tests/tests/run_queue.rs` drives it with plain values): one
+/// pointer, put and taken with one atomic swap each, so a value put is
+/// taken exactly once, by the owner or by the monitor, or handed back by
+/// the `put` that displaces it.
+#[derive(Debug)]
+pub struct Slot<T>(AtomicPtr<T>);
+
+impl<T> Default for Slot<T> {
+    fn default() -> Self {
+        Slot(AtomicPtr::new(ptr::null_mut()))
+    }
+}
+
+impl<T> Slot<T> {
+    /// Puts `p` in the slot and returns the previous occupant, if any.
+    #[inline]
+    pub fn put(&self, p: NonNull<T>) -> Option<NonNull<T>> {
+        NonNull::new(self.0.swap(p.as_ptr(), Ordering::AcqRel))
+    }
+
+    /// Takes the occupant, if any.
+    #[inline]
+    pub fn take(&self) -> Option<NonNull<T>> {
+        if self.0.load(Ordering::Relaxed).is_null() {
+            return None;
+        }
+        NonNull::new(self.0.swap(ptr::null_mut(), Ordering::AcqRel))
+    }
+
+    /// `true` if something waits in the slot.
+    pub fn is_occupied(&self) -> bool {
         !self.0.load(Ordering::Relaxed).is_null()
     }
 }

@@ -10,8 +10,13 @@ use crossbeam_deque::{Steal, Worker};
 use std::cell::Cell;
 use std::sync::Arc;
 
-/// Consecutive runs from the LIFO slot before the worker looks elsewhere.
-const LIFO_BUDGET: u32 = 64;
+/// Consecutive runs from the LIFO slot while other work waits (see
+/// `sched.rs`): a process taken from a queue, then up to four handed on
+/// through the slot (a caller and the server it calls, twice over), then
+/// the queue again. With nothing else waiting the slot runs on. (Tokio's
+/// `MAX_LIFO_POLLS_PER_TICK` is 3; 1, 2 and 64 were measured, see
+/// `docs/decisions.md`.)
+pub(crate) const LIFO_BUDGET: u32 = 4;
 /// Every this many scheduling rounds, the injector is looked at first.
 const GLOBAL_EVERY: u32 = 61;
 /// Rounds of looking for work before going to sleep (each round is a few
@@ -155,6 +160,10 @@ impl WorkerCtx {
             if sched.stop.load(Ordering::Relaxed) || !self.on_duty() {
                 return;
             }
+            if lifo_budget == 0 && !self.others_wait() {
+                // Nothing else to be fair to: no find_work, no steal fences.
+                lifo_budget = LIFO_BUDGET;
+            }
             let next = if lifo_budget > 0 {
                 sched.lifo[self.index].take()
             } else {
@@ -179,6 +188,17 @@ impl WorkerCtx {
                 crate::dist::flush_held(&self.held_frames);
             }
         }
+    }
+
+    /// Whether work other than the LIFO slot waits on this worker: its
+    /// local or pinned queue, or the injector (a few loads, no fence; a
+    /// push missed here is seen at the next check).
+    #[inline]
+    fn others_wait(&self) -> bool {
+        let sched = self.sched();
+        !self.local.is_empty()
+            || !sched.injector.is_empty()
+            || sched.pinned_len[self.index].load(Ordering::Relaxed) > 0
     }
 
     /// Everything but the LIFO slot, then the LIFO slot.
@@ -207,8 +227,11 @@ impl WorkerCtx {
         if let Some(p) = self.local.pop() {
             return Some(p);
         }
+        // One at a time: the injector holds woken processes in the order
+        // they were woken, and a batch moved to the LIFO local queue would
+        // run backwards.
         loop {
-            match sched.injector.steal_batch_and_pop(&self.local) {
+            match sched.injector.steal() {
                 Steal::Success(p) => return Some(p),
                 Steal::Retry => continue,
                 Steal::Empty => break,
