@@ -139,3 +139,128 @@ fn ten_million_deep_garbage_is_refused_and_freed() {
     let err = graph::decode::<BoxList>(&bytes).err().expect("refused");
     assert!(matches!(err, graph::DecodeError::Invalid(_)), "{err}");
 }
+
+// ---- the explicit-stack decode on other recursive shapes ------------------
+
+/// A binary tree: two recursive fields, one in the middle.
+#[derive(Mobile, Debug, PartialEq)]
+enum Tree {
+    Leaf(u8),
+    Node(Box<Tree>, u64, Box<Self>),
+}
+
+/// A recursive field that is optional and not last, in a struct.
+#[derive(Mobile, Debug, PartialEq)]
+struct Chain {
+    tag: String,
+    next: Option<Box<Chain>>,
+    after: u16,
+}
+
+/// Generic, named fields.
+#[derive(Mobile, Debug, PartialEq)]
+enum GList<T> {
+    Nil,
+    Cons { head: T, tail: Box<GList<T>> },
+}
+
+fn tree(depth: u32, n: &mut u64) -> Tree {
+    if depth == 0 {
+        *n += 1;
+        return Tree::Leaf(*n as u8);
+    }
+    let l = tree(depth - 1, n);
+    *n += 1;
+    let v = *n;
+    Tree::Node(Box::new(l), v, Box::new(tree(depth - 1, n)))
+}
+
+#[test]
+fn recursive_shapes_round_trip_binary_and_text() {
+    let t = tree(8, &mut 0);
+    assert_eq!(graph::decode::<Tree>(&graph::encode(&t)).unwrap(), t);
+    assert_eq!(graph::from_text::<Tree>(&graph::to_text(&t)).unwrap(), t);
+
+    let mut c = Chain {
+        tag: "end".into(),
+        next: None,
+        after: 0,
+    };
+    for i in 1..50u16 {
+        c = Chain {
+            tag: format!("c{i}"),
+            next: Some(Box::new(c)),
+            after: i,
+        };
+    }
+    assert_eq!(graph::decode::<Chain>(&graph::encode(&c)).unwrap(), c);
+    assert_eq!(graph::from_text::<Chain>(&graph::to_text(&c)).unwrap(), c);
+
+    let mut g = GList::Nil;
+    for i in 0..100u32 {
+        g = GList::Cons {
+            head: (i, format!("{i}")),
+            tail: Box::new(g),
+        };
+    }
+    assert_eq!(
+        graph::decode::<GList<(u32, String)>>(&graph::encode(&g)).unwrap(),
+        g
+    );
+    assert_eq!(
+        graph::from_text::<GList<(u32, String)>>(&graph::to_text(&g)).unwrap(),
+        g
+    );
+    // Inside other values (a Vec of them, a tuple after them).
+    let v = vec![(tree(3, &mut 0), 7u8), (Tree::Leaf(1), 8)];
+    assert_eq!(
+        graph::decode::<Vec<(Tree, u8)>>(&graph::encode(&v)).unwrap(),
+        v
+    );
+}
+
+/// A left-leaning tree `depth` deep, built and freed without recursion.
+fn left_spine(depth: u64) -> Tree {
+    let mut t = Tree::Leaf(0);
+    for i in 0..depth {
+        t = Tree::Node(Box::new(t), i, Box::new(Tree::Leaf(1)));
+    }
+    t
+}
+
+fn free_tree(t: Tree) {
+    let mut todo = vec![t];
+    while let Some(t) = todo.pop() {
+        if let Tree::Node(l, _, r) = t {
+            todo.push(*l);
+            todo.push(*r);
+        }
+    }
+}
+
+#[test]
+fn deep_left_subtrees_of_a_failed_decode_are_freed_without_overflow() {
+    // The deep left spine is complete and held by a partial when the input
+    // turns bad: the decoder must drop it on a deep stack, not this one.
+    let depth = DEEP / 10;
+    let t = left_spine(depth);
+    let mut bytes = graph::encode(&t);
+    free_tree(t);
+    // The last byte is the outermost right leaf's payload; cut it.
+    bytes.truncate(bytes.len() - 1);
+    assert_eq!(
+        graph::decode::<Tree>(&bytes).err(),
+        Some(graph::DecodeError::Truncated)
+    );
+    // Complete but followed by a trailing byte: the whole value is built,
+    // then refused and dropped by the decoder.
+    bytes.push(1);
+    bytes.push(0);
+    assert_eq!(
+        graph::decode::<Tree>(&bytes).err(),
+        Some(graph::DecodeError::TrailingBytes(1))
+    );
+    bytes.pop();
+    let back = graph::decode::<Tree>(&bytes).unwrap();
+    free_tree(back);
+}

@@ -63,7 +63,10 @@ fn single_arg<'t>(ty: &'t Type, wrapper: &str) -> Option<&'t Type> {
 }
 
 fn squash(ts: TokenStream2) -> String {
-    ts.to_string().chars().filter(|c| !c.is_whitespace()).collect()
+    ts.to_string()
+        .chars()
+        .filter(|c| !c.is_whitespace())
+        .collect()
 }
 
 fn is_self(ty: &Type, self_ty: &str) -> bool {

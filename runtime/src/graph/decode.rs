@@ -587,7 +587,12 @@ impl<'a, S: Source> Decoder<'a, S> {
     /// is dropped on a thread whose stack can hold `depth` drop frames.
     #[doc(hidden)]
     #[cold]
-    pub fn bury_deep<V: Send + 'static>(&mut self, v: V, depth: usize, e: DecodeError) -> DecodeError {
+    pub fn bury_deep<V: Send + 'static>(
+        &mut self,
+        v: V,
+        depth: usize,
+        e: DecodeError,
+    ) -> DecodeError {
         self.deep_levels = self.deep_levels.saturating_add(depth);
         self.bury(v);
         e
