@@ -264,3 +264,70 @@ fn deep_left_subtrees_of_a_failed_decode_are_freed_without_overflow() {
     let back = graph::decode::<Tree>(&bytes).unwrap();
     free_tree(back);
 }
+
+/// The same list, but its field names the type through an alias, which the
+/// derive does not recognise: the recursive decode (the "before").
+#[derive(Mobile)]
+enum AliasList {
+    Nil,
+    Cons(u64, Box<Alias>),
+}
+type Alias = AliasList;
+
+#[test]
+#[ignore = "a figure: shallow recursive values, explicit stack against recursion"]
+fn shallow_lists_figure() {
+    fn boxed(d: u64) -> BoxList {
+        build(d)
+    }
+    fn alias(d: u64) -> AliasList {
+        let mut l = AliasList::Nil;
+        for i in 0..d {
+            l = AliasList::Cons(i, Box::new(l));
+        }
+        l
+    }
+    const N: usize = 100_000;
+    for depth in [1u64, 4, 16] {
+        let a: Vec<BoxList> = (0..N).map(|_| boxed(depth)).collect();
+        let b: Vec<AliasList> = (0..N).map(|_| alias(depth)).collect();
+        let (ea, eb) = (graph::encode(&a), graph::encode(&b));
+        let mut best = [f64::MAX; 2];
+        for _ in 0..7 {
+            let t = Instant::now();
+            let x: Vec<BoxList> = graph::decode(&ea).unwrap();
+            best[0] = best[0].min(t.elapsed().as_secs_f64());
+            drop(x);
+            let t = Instant::now();
+            let y: Vec<AliasList> = graph::decode(&eb).unwrap();
+            best[1] = best[1].min(t.elapsed().as_secs_f64());
+            drop(y);
+        }
+        for (name, s) in [("stack", best[0]), ("recursive", best[1])] {
+            println!(
+                "{{\"system\":\"graft\",\"bench\":\"decode_lists_depth{depth}_{name}\",\"metric\":\"ns_per_list\",\"unit\":\"ns\",\"value\":{:.1}}}",
+                s * 1e9 / N as f64
+            );
+        }
+    }
+}
+
+#[test]
+fn a_deep_value_decodes_on_a_process_stack() {
+    // A process has a 64 KiB stack: the explicit-stack decode needs a
+    // constant amount of it, whatever the depth (no segment thread).
+    let depth = DEEP / 10;
+    let original = build(depth);
+    let bytes = graph::encode(&original);
+    check_and_free(original, depth);
+    let node = graft::Node::start(graft::NodeConfig::new("127.0.0.1:0").workers(1)).unwrap();
+    let ok = node
+        .run(move || {
+            let back: BoxList = graph::decode(&bytes).unwrap();
+            check_and_free(back, depth);
+            true
+        })
+        .unwrap();
+    assert!(ok);
+    node.shutdown();
+}
