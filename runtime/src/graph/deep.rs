@@ -13,13 +13,16 @@
 //! freed at once (one spare is kept, so a walk up and down a chunk boundary
 //! does not allocate), so while a deep value is completed its nodes reuse
 //! the memory its partials give back, and the peak is the larger of the
-//! two, not their sum. Chunks start small (8 partials), so a shallow value
-//! pays one small allocation.
+//! two, not their sum. The first few partials live in the stack value
+//! itself (in the decode's frame), so a shallow value allocates nothing;
+//! heap chunks start small (8 partials).
 
 /// Partials per chunk, at most.
 const CHUNK: usize = 4096;
 /// Capacity of the first chunk.
 const FIRST: usize = 8;
+/// Partials held in the stack value itself.
+const INLINE: usize = 4;
 
 /// A stack of partly decoded values, freed as it shrinks (see the module
 /// docs). Used by the code `#[derive(Mobile)]` generates; not meant to be
@@ -40,6 +43,8 @@ const FIRST: usize = 8;
 #[doc(hidden)]
 #[derive(Debug)]
 pub struct DeepStack<T> {
+    /// The first `INLINE` partials.
+    inline: [Option<T>; INLINE],
     /// Full chunks below the top one.
     below: Vec<Vec<T>>,
     /// The top chunk.
@@ -61,6 +66,7 @@ impl<T> DeepStack<T> {
     #[inline]
     pub const fn new() -> Self {
         DeepStack {
+            inline: [const { None }; INLINE],
             below: Vec::new(),
             top: Vec::new(),
             spare: None,
@@ -72,10 +78,14 @@ impl<T> DeepStack<T> {
     /// Pushes a partial.
     #[inline]
     pub fn push(&mut self, v: T) {
-        if self.top.len() == self.top.capacity() {
-            self.grow();
+        if self.len < INLINE {
+            self.inline[self.len] = Some(v);
+        } else {
+            if self.top.len() == self.top.capacity() {
+                self.grow();
+            }
+            self.top.push(v);
         }
-        self.top.push(v);
         self.len += 1;
         if self.len > self.max {
             self.max = self.len;
@@ -100,6 +110,13 @@ impl<T> DeepStack<T> {
     /// Pops the last partial.
     #[inline]
     pub fn pop(&mut self) -> Option<T> {
+        if self.len <= INLINE {
+            if self.len == 0 {
+                return None;
+            }
+            self.len -= 1;
+            return self.inline[self.len].take();
+        }
         match self.top.pop() {
             Some(v) => {
                 self.len -= 1;
