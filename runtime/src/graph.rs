@@ -97,6 +97,7 @@
 mod cell;
 mod code;
 mod decode;
+mod deep;
 mod descriptor;
 mod encode;
 mod error;
@@ -113,6 +114,8 @@ pub use cell::Cell;
 pub(crate) use code::assert_body as code_assert_body;
 pub use code::{fingerprint, mobile_entries};
 pub use decode::Decoder;
+#[doc(hidden)]
+pub use deep::DeepStack;
 pub use descriptor::{descriptor_of, Describer, Descriptor};
 pub use encode::Encoder;
 pub use error::{DecodeError, Mismatch};

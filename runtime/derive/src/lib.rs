@@ -23,6 +23,8 @@ use proc_macro2::{Span, TokenStream as TokenStream2};
 use quote::{format_ident, quote};
 use syn::{parse_macro_input, parse_quote, Data, DeriveInput, Fields, Ident, LitStr};
 
+mod deep;
+
 /// Derives `graft::graph::Mobile`.
 ///
 /// ```ignore
@@ -450,7 +452,48 @@ fn expand(mut input: DeriveInput) -> syn::Result<TokenStream2> {
         }
     };
 
+    // Recursive types decode on a heap work stack (see `deep.rs`).
+    let (shapes, head) = match &input.data {
+        Data::Struct(s) => (
+            vec![deep::Shape {
+                path: quote!(#name),
+                fields: &s.fields,
+                fs: fields_of(&s.fields),
+                begin: Some(name_str.clone()),
+            }],
+            TokenStream2::new(),
+        ),
+        Data::Enum(en) => {
+            let shapes = en
+                .variants
+                .iter()
+                .map(|v| {
+                    let vid = &v.ident;
+                    let fs = fields_of(&v.fields);
+                    let begin = (!fs.is_empty()).then(|| LitStr::new("", Span::call_site()));
+                    deep::Shape {
+                        path: quote!(#name::#vid),
+                        fields: &v.fields,
+                        fs,
+                        begin,
+                    }
+                })
+                .collect();
+            let names = en
+                .variants
+                .iter()
+                .map(|v| LitStr::new(&v.ident.to_string(), Span::call_site()));
+            (shapes, quote!(#(#names),*))
+        }
+        Data::Union(_) => (Vec::new(), TokenStream2::new()),
+    };
+    let (partial, decode) = match deep::expand(&input, &shapes, head) {
+        Some((def, body)) => (def, body),
+        None => (TokenStream2::new(), decode),
+    };
+
     Ok(quote! {
+        #partial
         impl #impl_g ::graft::graph::Mobile for #name #ty_g #where_c {
             const WIRE_MIN: usize = #wire;
             fn describe(__d: &mut ::graft::graph::Describer) {

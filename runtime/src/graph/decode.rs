@@ -33,6 +33,13 @@ type Result<T> = std::result::Result<T, DecodeError>;
 
 /// Items of zero wire size a decode may produce, beyond 64 per input byte.
 const ZERO_SIZE_BUDGET: u64 = 1 << 20;
+/// Stack bytes allowed per level when a value built by an explicit-stack
+/// decode is dropped (a derived type's default `Drop` recurses; its frames
+/// are far smaller, even in a debug build).
+const DROP_FRAME: usize = 256;
+/// Depth from which such a value is dropped on a deep drop thread (a
+/// shallower one fits in the caller's first stack budget).
+const DEEP_DROP_FROM: usize = stack::FIRST_BUDGET / DROP_FRAME;
 
 pub(crate) enum Slot<T> {
     /// Registered, content not decoded yet, no `Weak` available.
@@ -69,6 +76,9 @@ pub struct Decoder<'a, S: Source> {
     closing: Vec<Arc<dyn Pending<S>>>,
     /// Strong back-references decoded so far.
     strong_refs: u64,
+    /// Levels built by explicit-stack decodes (see `deep.rs`), summed: a
+    /// bound on how deep a value they built is, for dropping it.
+    deep_levels: usize,
     _s: PhantomData<S>,
 }
 
@@ -107,6 +117,7 @@ impl<'a, S: Source> Decoder<'a, S> {
             pending: VecDeque::new(),
             closing: Vec::new(),
             strong_refs: 0,
+            deep_levels: 0,
             _s: PhantomData,
         }
     }
@@ -143,6 +154,12 @@ impl<'a, S: Source> Decoder<'a, S> {
                 contents.extend(cell.empty());
             }
         }
+        let segments = self.drop_segments();
+        let nothing = contents.is_empty()
+            && self.tables.is_empty()
+            && self.graveyard.is_empty()
+            && self.pending.is_empty()
+            && self.closing.is_empty();
         let all = (
             contents,
             self.tables,
@@ -150,8 +167,8 @@ impl<'a, S: Source> Decoder<'a, S> {
             self.pending,
             self.closing,
         );
-        if self.max_segments > 0 {
-            stack::drop_deep(all, self.max_segments);
+        if segments > 0 && !nothing {
+            stack::drop_deep(all, segments);
         } else {
             drop(all);
         }
@@ -552,7 +569,7 @@ impl<'a, S: Source> Decoder<'a, S> {
     /// so far (the derive does).
     #[inline]
     pub fn bury<V: Send + 'static>(&mut self, v: V) {
-        if self.max_segments > 0 {
+        if self.drop_segments() > 0 {
             self.graveyard.push(Box::new(v));
         }
     }
@@ -562,6 +579,65 @@ impl<'a, S: Source> Decoder<'a, S> {
     pub fn bury_err<V: Send + 'static>(&mut self, v: V, e: DecodeError) -> DecodeError {
         self.bury(v);
         e
+    }
+
+    /// [`bury_err`](Self::bury_err) for the pieces of an explicit-stack
+    /// decode (see [`DeepStack`](super::DeepStack)): `v` may hold values up
+    /// to `depth` levels deep that were built without stack segments, so it
+    /// is dropped on a thread whose stack can hold `depth` drop frames.
+    #[doc(hidden)]
+    #[cold]
+    pub fn bury_deep<V: Send + 'static>(
+        &mut self,
+        v: V,
+        depth: usize,
+        e: DecodeError,
+    ) -> DecodeError {
+        self.deep_levels = self.deep_levels.saturating_add(depth);
+        self.bury(v);
+        e
+    }
+
+    /// Notes that an explicit-stack decode built a value `depth` levels
+    /// deep (so that an enclosing failure drops it on a deep stack).
+    #[doc(hidden)]
+    #[inline]
+    pub fn deep_done(&mut self, depth: usize) {
+        self.deep_levels = self.deep_levels.saturating_add(depth);
+    }
+
+    /// Checks a work stack's depth: every level of a value takes at least a
+    /// byte, so a stack deeper than the input is refused (a type that can
+    /// nest without reading anything, such as `struct S(Box<S>)`, would
+    /// otherwise loop).
+    ///
+    /// # Errors
+    ///
+    /// [`DecodeError::LimitExceeded`] past that depth.
+    #[doc(hidden)]
+    #[inline]
+    pub fn deep_check(&self, depth: usize) -> Result<()> {
+        if depth <= self.input.len() {
+            Ok(())
+        } else {
+            Err(self.deep_too_deep())
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn deep_too_deep(&self) -> DecodeError {
+        DecodeError::LimitExceeded("nesting deeper than the input is long".into())
+    }
+
+    /// Stack segments a drop of this decode's pieces needs (0: none).
+    fn drop_segments(&self) -> usize {
+        let deep = if self.deep_levels > DEEP_DROP_FROM {
+            self.deep_levels.saturating_mul(DROP_FRAME) / (stack::SEGMENT - stack::MARGIN) + 1
+        } else {
+            0
+        };
+        self.max_segments.max(deep)
     }
 
     // ---- nodes ------------------------------------------------------------
