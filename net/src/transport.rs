@@ -444,6 +444,13 @@ impl PeerSender {
     pub fn queued_bytes(&self) -> usize {
         self.conn.queued_bytes()
     }
+
+    /// The last heartbeat round trip to this peer (a ping each heartbeat
+    /// tick, echoed by the peer), once one was measured; `None` before the
+    /// first echo, or with a peer that does not echo.
+    pub fn heartbeat_rtt(&self) -> Option<std::time::Duration> {
+        self.conn.heartbeat_rtt()
+    }
 }
 
 impl Inner {

@@ -62,8 +62,8 @@ pub struct PeerStats {
     pub bytes_out: u64,
     /// Bytes waiting in its outbox now.
     pub queued_bytes: u64,
-    /// Heartbeat round trip, where the transport measures it (not yet:
-    /// always `None`).
+    /// The last heartbeat round trip in µs (the transport pings once a
+    /// heartbeat tick and the peer echoes); `None` until the first echo.
     pub heartbeat_rtt_us: Option<u64>,
 }
 
@@ -400,7 +400,7 @@ pub(crate) fn stats_of(n: &NodeShared) -> NodeStats {
         .dist
         .peer_stats()
         .into_iter()
-        .map(|(name, addr, c, queued)| PeerStats {
+        .map(|(name, addr, c, queued, rtt)| PeerStats {
             name,
             addr: addr.to_string(),
             frames_in: c.frames_in.load(Relaxed),
@@ -408,7 +408,7 @@ pub(crate) fn stats_of(n: &NodeShared) -> NodeStats {
             frames_out: c.frames_out.load(Relaxed),
             bytes_out: c.bytes_out.load(Relaxed),
             queued_bytes: queued as u64,
-            heartbeat_rtt_us: None,
+            heartbeat_rtt_us: rtt.map(|d| d.as_micros().max(1) as u64),
         })
         .collect();
     NodeStats {

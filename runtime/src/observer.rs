@@ -457,6 +457,22 @@ pub(crate) fn metrics(s: &NodeStats) -> String {
             p.queued_bytes
         );
     }
+    family(
+        &mut o,
+        "graft_dist_heartbeat_rtt_seconds",
+        "gauge",
+        "Last heartbeat round trip per peer (absent until measured).",
+    );
+    for p in &s.peers {
+        if let Some(us) = p.heartbeat_rtt_us {
+            let _ = writeln!(
+                o,
+                "graft_dist_heartbeat_rtt_seconds{{node=\"{node}\",peer=\"{}\"}} {:.6}",
+                label(&p.name),
+                us as f64 / 1e6
+            );
+        }
+    }
     o
 }
 
@@ -521,14 +537,16 @@ fn stats_js(s: &NodeStats) -> String {
         .iter()
         .map(|p| {
             format!(
-                "{{\"name\":{},\"addr\":{},\"frames_in\":{},\"bytes_in\":{},\"frames_out\":{},\"bytes_out\":{},\"queued_bytes\":{}}}",
+                "{{\"name\":{},\"addr\":{},\"frames_in\":{},\"bytes_in\":{},\"frames_out\":{},\"bytes_out\":{},\"queued_bytes\":{},\"rtt_us\":{}}}",
                 js(&p.name),
                 js(&p.addr),
                 p.frames_in,
                 p.bytes_in,
                 p.frames_out,
                 p.bytes_out,
-                p.queued_bytes
+                p.queued_bytes,
+                p.heartbeat_rtt_us
+                    .map_or_else(|| "null".to_string(), |u| u.to_string())
             )
         })
         .collect();
