@@ -604,6 +604,9 @@ pub enum SysOp {
     /// Run the state replacement registered under the request's tag (local
     /// only: the replacement is a closure).
     Replace,
+    /// Run an encoded mobile function on the state (graft-otp's
+    /// `sys::replace_state_with`; any node).
+    ReplaceWith(Vec<u8>),
 }
 
 /// A sys request: `op`, answered to `from` with a [`SysReply`] tagged `tag`.
