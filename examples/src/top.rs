@@ -47,6 +47,16 @@ pub fn screen(
         stats.mail_queued,
         stats.restarts
     );
+    for p in &stats.peers {
+        let rtt = p
+            .heartbeat_rtt_us
+            .map_or_else(|| "-".to_string(), |us| format!("{:.2}ms", us as f64 / 1e3));
+        let _ = writeln!(
+            o,
+            "  peer {}  in {} B  out {} B  queued {} B  heartbeat rtt {rtt}",
+            p.name, p.bytes_in, p.bytes_out, p.queued_bytes
+        );
+    }
     let _ = writeln!(
         o,
         "{:<22} {:<20} {:<44} {:>9} {:>12} {:>8} {:>10}",

@@ -346,6 +346,8 @@ pub(crate) struct Conn {
     limits: Limits,
     /// Silence after which the peer is declared dead.
     dead_after: Duration,
+    /// Heartbeat round trip (see "Heartbeat round trip" below).
+    rtt: Rtt,
 }
 
 impl Conn {
@@ -384,6 +386,7 @@ impl Conn {
             busy: AtomicBool::new(false),
             limits,
             dead_after,
+            rtt: Rtt::default(),
         }
     }
 
@@ -680,6 +683,7 @@ impl Conn {
         let mut wire: Vec<u8> = Vec::with_capacity(WRITE_BUF);
         let mut last_write = Instant::now();
         let mut pieces: Vec<Piece> = Vec::new();
+        let mut last_ping = last_write;
         loop {
             {
                 let mut out = self.out.lock();
@@ -711,12 +715,18 @@ impl Conn {
                         out.held = false; // the writer takes them
                         let max = self.limits.max_message;
                         out.take_fragments(&mut pieces, max);
+                        if last_write.duration_since(last_ping) >= tick {
+                            // A ping even when busy: the round trip stays fresh.
+                            self.rtt.ping(&mut spare);
+                            last_ping = last_write;
+                        }
                         break;
                     }
                     let due = last_write + tick;
                     let now = Instant::now();
                     if now >= due {
-                        frame::encode(&mut spare, kind::HEARTBEAT, 0, &[]);
+                        self.rtt.ping(&mut spare);
+                        last_ping = now;
                         break;
                     }
                     if !out.writer_idle {
@@ -776,7 +786,10 @@ impl Conn {
                     Err(e) => return e,
                 };
                 let whole = match f.kind {
-                    kind::HEARTBEAT => continue,
+                    kind::HEARTBEAT => {
+                        self.on_heartbeat(f.payload);
+                        continue;
+                    }
                     kind::FRAG_BEGIN | kind::FRAG_MORE if f.flags != 0 => {
                         return NetError::Protocol("flags on a fragment frame".into())
                     }
@@ -834,6 +847,89 @@ impl Conn {
                 }
                 Err(e) => return e.into(),
             }
+        }
+    }
+}
+
+// # Heartbeat round trip
+//
+// A heartbeat may carry 9 bytes: a tag (`PING` or `PONG`) and a stamp.
+// The writer's heartbeats are pings (one a tick, also when traffic is
+// dense); the reader answers a ping with a pong carrying the same stamp,
+// queued like any frame (so the round trip includes the outboxes, as a
+// message would see them); a pong whose stamp is the last ping's gives the
+// round trip. Any other stamp (a late pong, a forgery) is ignored. An
+// empty heartbeat (an older peer) is a heartbeat only: its round trip is
+// then unknown.
+
+/// Tag of a heartbeat that asks for an echo.
+const PING: u8 = 1;
+/// Tag of the echo.
+const PONG: u8 = 2;
+
+/// Round-trip state of one connection.
+#[derive(Debug, Default)]
+struct Rtt {
+    /// Stamp of the ping waiting for its pong (0: none).
+    pending: std::sync::atomic::AtomicU64,
+    /// Last round trip in ns (0: none yet).
+    last_ns: std::sync::atomic::AtomicU64,
+}
+
+/// Nanoseconds on a process-wide clock, never 0.
+fn stamp_now() -> u64 {
+    static BASE: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    BASE.get_or_init(Instant::now).elapsed().as_nanos() as u64 + 1
+}
+
+impl Rtt {
+    /// Appends a ping heartbeat to `buf`.
+    fn ping(&self, buf: &mut Vec<u8>) {
+        let stamp = stamp_now();
+        self.pending.store(stamp, Ordering::Relaxed);
+        let mut p = [PING; 9];
+        p[1..].copy_from_slice(&stamp.to_be_bytes());
+        frame::encode(buf, kind::HEARTBEAT, 0, &p);
+    }
+}
+
+impl Conn {
+    /// A heartbeat's payload: answer a ping, time a pong.
+    fn on_heartbeat(&self, payload: &[u8]) {
+        let Ok(p) = <[u8; 9]>::try_from(payload) else {
+            return;
+        };
+        let stamp = u64::from_be_bytes(p[1..].try_into().expect("8 bytes"));
+        match p[0] {
+            PING => {
+                let mut pong = p;
+                pong[0] = PONG;
+                // Key `u64::MAX` is no sender's: the echo never waits
+                // behind a large message.
+                let len = frame::HEADER_LEN + pong.len();
+                let _ = self.push(u64::MAX, false, len, |b| {
+                    frame::encode(b, kind::HEARTBEAT, 0, &pong)
+                });
+            }
+            PONG if stamp != 0
+                && self
+                    .rtt
+                    .pending
+                    .compare_exchange(stamp, 0, Ordering::Relaxed, Ordering::Relaxed)
+                    .is_ok() =>
+            {
+                let ns = stamp_now().saturating_sub(stamp).max(1);
+                self.rtt.last_ns.store(ns, Ordering::Relaxed);
+            }
+            _ => {}
+        }
+    }
+
+    /// The last heartbeat round trip, once one was measured.
+    pub(crate) fn heartbeat_rtt(&self) -> Option<Duration> {
+        match self.rtt.last_ns.load(Ordering::Relaxed) {
+            0 => None,
+            ns => Some(Duration::from_nanos(ns)),
         }
     }
 }

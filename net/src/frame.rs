@@ -44,7 +44,7 @@ pub(crate) const FLAG_COMPRESSED: u8 = 1;
 /// | 1      | handshake: preface (magic and version)           |
 /// | 2      | handshake: a Noise message                       |
 /// | 3      | handshake: a clear refusal                       |
-/// | 4      | heartbeat (empty payload)                        |
+/// | 4      | heartbeat (empty, or a 9-byte ping or its echo)  |
 /// | 5      | the first fragment of a large message (`frag.rs`) |
 /// | 6      | a further fragment of a large message            |
 /// | 7..=15 | reserved; receiving one drops the connection     |

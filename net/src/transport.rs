@@ -526,6 +526,13 @@ impl PeerSender {
     pub fn on_drain(&self, key: u64, size: usize, wake: Box<dyn FnOnce() + Send>) -> bool {
         self.conn.on_drain(key, size, wake)
     }
+
+    /// The last heartbeat round trip to this peer (a ping each heartbeat
+    /// tick, echoed by the peer), once one was measured; `None` before the
+    /// first echo, or with a peer that does not echo.
+    pub fn heartbeat_rtt(&self) -> Option<std::time::Duration> {
+        self.conn.heartbeat_rtt()
+    }
 }
 
 impl Inner {

@@ -7,6 +7,10 @@
 //!   A supervisor shows its children.
 //! * [`replace_state`]: runs a closure on the state, inside the server (this
 //!   node's servers only: a closure cannot travel).
+//! * [`replace_state_with`]: the same with a mobile function
+//!   ([`MobileFn`]), on a server of any node; typed errors
+//!   ([`ReplaceError`]) when the state is of another type, the function is
+//!   not in the server's executable, or it panicked.
 //! * [`suspend`] / [`resume`]: while suspended the server answers sys
 //!   requests only; other messages wait in its mailbox.
 //! * [`trace`]: logs every message the process takes and sends (target
@@ -46,8 +50,9 @@
 //! [`GenServer::format_status`]: crate::gen_server::GenServer::format_status
 
 use crate::gen_server::{GenServer, Server};
+use graft::graph::{DecodeError, MobileFn, MobileFnOnce};
 use graft::observe::{self, SysOp, SysReply, SysRequest};
-use graft::{Error, MonitorRef, Pid};
+use graft::{Error, Mobile, MonitorRef, Pid};
 use std::any::Any;
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -88,12 +93,17 @@ pub fn get_state(pid: Pid) -> Result<String, Error> {
 /// # Errors
 ///
 /// As [`get_state`]; `Error::Remote` if the server is of another type or on
-/// another node, or `f` panicked (the server goes on with its state as `f`
+/// another node (see [`replace_state_with`]), or `f` panicked (the server goes on with its state as `f`
 /// left it).
 pub fn replace_state<S: GenServer>(
     server: Server<S>,
     f: impl FnOnce(&mut S) + Send + 'static,
 ) -> Result<String, Error> {
+    if server.pid().node() != graft::this_node() {
+        return Err(Error::Remote(
+            "replace_state: a closure cannot travel to another node; use replace_state_with and a MobileFn".into(),
+        ));
+    }
     let tag = graft::make_ref();
     let boxed: Replacer = Box::new(move |any: &mut dyn Any| match any.downcast_mut::<S>() {
         Some(s) => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(s)))
@@ -107,6 +117,156 @@ pub fn replace_state<S: GenServer>(
     let r = observe::sys_call_tagged(server.pid(), SysOp::Replace, tag, TIMEOUT);
     replacers().lock().expect("replacers").remove(&tag);
     r
+}
+
+/// Why [`replace_state_with`] did not replace a state.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum ReplaceError {
+    /// The server's state is not the type the function is for.
+    TypeMismatch {
+        /// The function's state type.
+        expected: String,
+        /// The server's state type, where the server could tell.
+        found: String,
+    },
+    /// The server's executable has no such mobile function (another build
+    /// of the program, or forged bytes); nothing ran.
+    NotRegistered(String),
+    /// The function panicked; the state is as it was.
+    Panicked(String),
+    /// The sys call itself failed: `Error::Timeout` (not a behaviour, or
+    /// busy), `Error::Exited` (not alive), `Error::Remote` (refused).
+    Call(Error),
+}
+
+impl std::fmt::Display for ReplaceError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReplaceError::TypeMismatch { expected, found } => write!(
+                f,
+                "replace_state: the server's state is a {found}, the function takes a {expected}"
+            ),
+            ReplaceError::NotRegistered(why) => write!(
+                f,
+                "replace_state: the server's node cannot run the function: {why}"
+            ),
+            ReplaceError::Panicked(why) => write!(
+                f,
+                "replace_state: the function panicked ({why}); the state is unchanged"
+            ),
+            ReplaceError::Call(e) => write!(f, "replace_state: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for ReplaceError {}
+
+// Typed failures travel in the sys reply's text, behind these prefixes.
+const TYPE: &str = "type:";
+const CODE: &str = "code:";
+const PANIC: &str = "panic:";
+
+/// Runs the mobile function `f` on the state of `server`, on any node:
+/// the server gives `f` its state and goes on with what `f` returns. The
+/// state must be [`Mobile`] (`f` gets a copy of it, so that a panic in `f`
+/// leaves the state as it was). Returns the new state as [`get_state`]
+/// shows it.
+///
+/// ```
+/// use graft_otp::prelude::*;
+/// use graft::graph::MobileFn;
+///
+/// #[derive(Debug, Default, graft::Mobile)]
+/// struct Counter { n: u64 }
+/// impl GenServer for Counter {
+///     type Call = ();
+///     type Cast = ();
+///     type Reply = u64;
+///     fn handle_call(&mut self, _: (), _: &ReplyTo<u64>) -> CallResult<u64> {
+///         CallResult::Reply(self.n)
+///     }
+///     fn handle_cast(&mut self, _: ()) -> Flow { Flow::Continue }
+/// }
+///
+/// let node = Node::start(NodeConfig::new("127.0.0.1:0")).unwrap();
+/// node.run(|| {
+///     let c = gen_server::start(Counter::default()).unwrap();
+///     let set = MobileFn::new(42u64, |n: &u64, mut s: Counter| { s.n = *n; s });
+///     sys::replace_state_with(c, set).unwrap();
+///     assert_eq!(c.call(()).unwrap(), 42);
+/// }).unwrap();
+/// node.shutdown();
+/// ```
+///
+/// # Errors
+///
+/// [`ReplaceError`]: the state is of another type, the server's node
+/// lacks the function, it panicked, or the call failed.
+pub fn replace_state_with<S: GenServer + Mobile>(
+    server: Server<S>,
+    f: MobileFn<S, S>,
+) -> Result<String, ReplaceError> {
+    replace_state_encoded(server.pid(), encode_replacement(f).0)
+}
+
+/// The request [`replace_state_with`] sends, encoded, and its code id; for
+/// tests of forged requests.
+#[doc(hidden)]
+pub fn encode_replacement<S: GenServer + Mobile>(f: MobileFn<S, S>) -> (Vec<u8>, u64) {
+    // The server knows its state only as a `GenServer`; what needs `S:
+    // Mobile` (the copy) is built here, into a mobile function the server
+    // calls to get its replacer.
+    let job: MobileFnOnce<Replacer> = MobileFnOnce::new(f, |f: MobileFn<S, S>| replacer::<S>(f));
+    (graft::graph::encode(&job), job.code_id())
+}
+
+/// [`replace_state_with`] from the encoded function (a
+/// `MobileFnOnce<Replacer>`); for tests of forged requests.
+#[doc(hidden)]
+pub fn replace_state_encoded(pid: Pid, job: Vec<u8>) -> Result<String, ReplaceError> {
+    match observe::sys_call(pid, SysOp::ReplaceWith(job), TIMEOUT) {
+        Ok(s) => Ok(s),
+        Err(Error::Remote(why)) => Err(if let Some(w) = why.strip_prefix(TYPE) {
+            let (expected, found) = w.split_once('\n').unwrap_or((w, "?"));
+            ReplaceError::TypeMismatch {
+                expected: expected.to_string(),
+                found: found.to_string(),
+            }
+        } else if let Some(w) = why.strip_prefix(CODE) {
+            ReplaceError::NotRegistered(w.to_string())
+        } else if let Some(w) = why.strip_prefix(PANIC) {
+            ReplaceError::Panicked(w.to_string())
+        } else {
+            ReplaceError::Call(Error::Remote(why))
+        }),
+        Err(e) => Err(ReplaceError::Call(e)),
+    }
+}
+
+/// The server side of [`replace_state_with`] for state type `S`.
+fn replacer<S: GenServer + Mobile>(f: MobileFn<S, S>) -> Replacer {
+    Box::new(move |any: &mut dyn Any| {
+        let Some(s) = any.downcast_mut::<S>() else {
+            return Err(format!("{TYPE}{}", std::any::type_name::<S>()));
+        };
+        let copy: S = graft::graph::decode(&graft::graph::encode(&*s))
+            .map_err(|e| format!("the state does not copy: {e}"))?;
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f.call(copy))) {
+            Ok(new) => {
+                *s = new;
+                Ok(())
+            }
+            Err(p) => Err(format!("{PANIC}{}", panic_text(&*p))),
+        }
+    })
+}
+
+fn panic_text(p: &(dyn Any + Send)) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic".into())
 }
 
 /// Suspends the behaviour `pid`: it answers sys requests only until
@@ -225,6 +385,25 @@ pub(crate) fn handle<S: GenServer>(server: &mut S, req: SysRequest) {
             let r = match f {
                 Some(f) => f(server as &mut dyn Any).map(|()| state_of(server)),
                 None => Err("no replacement (replace_state works on this node only)".into()),
+            };
+            answer(&req, r);
+        }
+        SysOp::ReplaceWith(ref bytes) => {
+            let r = match graft::graph::decode::<MobileFnOnce<Replacer>>(bytes) {
+                Ok(job) => {
+                    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job.call())) {
+                        Ok(f) => match f(server as &mut dyn Any) {
+                            Ok(()) => Ok(state_of(server)),
+                            Err(e) if e.starts_with(TYPE) => {
+                                Err(format!("{e}\n{}", std::any::type_name::<S>()))
+                            }
+                            Err(e) => Err(e),
+                        },
+                        Err(p) => Err(format!("{PANIC}{}", panic_text(&*p))),
+                    }
+                }
+                Err(e @ DecodeError::NotRegistered { .. }) => Err(format!("{CODE}{e}")),
+                Err(e) => Err(format!("the replacement does not decode: {e}")),
             };
             answer(&req, r);
         }

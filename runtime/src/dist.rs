@@ -349,15 +349,9 @@ impl Dist {
             .map(|p| (p.info.name.clone(), p.info.listen_addr))
     }
 
-    /// Per connected node: (name, address, counters, bytes queued).
-    pub(crate) fn peer_stats(
-        &self,
-    ) -> Vec<(
-        String,
-        SocketAddr,
-        std::sync::Arc<crate::observe::PeerCounters>,
-        usize,
-    )> {
+    /// Per connected node: (name, address, counters, bytes queued,
+    /// heartbeat round trip).
+    pub(crate) fn peer_stats(&self) -> Vec<PeerStatsRow> {
         self.peers
             .read()
             .values()
@@ -367,6 +361,7 @@ impl Dist {
                     p.info.listen_addr,
                     p.counters.clone(),
                     p.sender.queued_bytes(),
+                    p.sender.heartbeat_rtt(),
                 )
             })
             .collect()
@@ -1212,3 +1207,13 @@ fn take_where<T>(v: &mut Vec<T>, mut f: impl FnMut(&T) -> bool) -> Vec<T> {
     *v = kept;
     taken
 }
+
+/// A row of [`Dist::peer_stats`]: name, address, counters, bytes queued,
+/// heartbeat round trip.
+pub(crate) type PeerStatsRow = (
+    String,
+    SocketAddr,
+    std::sync::Arc<crate::observe::PeerCounters>,
+    usize,
+    Option<std::time::Duration>,
+);

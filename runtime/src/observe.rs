@@ -67,8 +67,8 @@ pub struct PeerStats {
     pub too_large: u64,
     /// Bytes waiting in its outbox now.
     pub queued_bytes: u64,
-    /// Heartbeat round trip, where the transport measures it (not yet:
-    /// always `None`).
+    /// The last heartbeat round trip in µs (the transport pings once a
+    /// heartbeat tick and the peer echoes); `None` until the first echo.
     pub heartbeat_rtt_us: Option<u64>,
 }
 
@@ -405,7 +405,7 @@ pub(crate) fn stats_of(n: &NodeShared) -> NodeStats {
         .dist
         .peer_stats()
         .into_iter()
-        .map(|(name, addr, c, queued)| PeerStats {
+        .map(|(name, addr, c, queued, rtt)| PeerStats {
             name,
             addr: addr.to_string(),
             frames_in: c.frames_in.load(Relaxed),
@@ -414,7 +414,7 @@ pub(crate) fn stats_of(n: &NodeShared) -> NodeStats {
             bytes_out: c.bytes_out.load(Relaxed),
             too_large: c.too_large.load(Relaxed),
             queued_bytes: queued as u64,
-            heartbeat_rtt_us: None,
+            heartbeat_rtt_us: rtt.map(|d| d.as_micros().max(1) as u64),
         })
         .collect();
     NodeStats {
@@ -610,6 +610,9 @@ pub enum SysOp {
     /// Run the state replacement registered under the request's tag (local
     /// only: the replacement is a closure).
     Replace,
+    /// Run an encoded mobile function on the state (graft-otp's
+    /// `sys::replace_state_with`; any node).
+    ReplaceWith(Vec<u8>),
 }
 
 /// A sys request: `op`, answered to `from` with a [`SysReply`] tagged `tag`.

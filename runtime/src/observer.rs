@@ -5,7 +5,8 @@
 //! (`"127.0.0.1:9090"`), [`NodeConfig::observer_config`] for a token or
 //! another address, or [`serve`] on a running node; `graft-node --observer
 //! 127.0.0.1:9090` does the same. It is a small blocking HTTP server
-//! (tiny_http) on two threads of its own; it binds where it is told
+//! of its own (one thread per connection, bounded; slow or hostile clients
+//! are cut off by deadlines: see `observer/http.rs`); it binds where it is told
 //! (keep it on 127.0.0.1 unless the network is trusted, and set a token
 //! otherwise: anyone who can reach it sees every process).
 //!
@@ -89,74 +90,56 @@ impl crate::Node {
     }
 }
 
-/// Serving threads.
-const THREADS: usize = 2;
+mod http;
+
 /// Utilisation samples kept (one a second: five minutes).
 pub(crate) const SAMPLES: usize = 300;
 
 pub(crate) fn start(n: &Arc<NodeShared>, cfg: &ObserverConfig) -> std::io::Result<()> {
-    let server = tiny_http::Server::http(&cfg.addr)
+    let server = http::Server::bind(&cfg.addr)
         .map_err(|e| std::io::Error::other(format!("observer on {}: {e}", cfg.addr)))?;
-    let addr = server
-        .server_addr()
-        .to_ip()
-        .ok_or_else(|| std::io::Error::other("observer: not an IP address"))?;
+    let addr = server.addr();
     if n.stats.observer.set(addr).is_err() {
         return Err(std::io::Error::other(
             "this node serves an observer already",
         ));
     }
     log::info!(target: "graft::report", "graft: {} serves its observer on http://{addr}/", n.name);
-    let server = Arc::new(server);
     let token = cfg.token.clone();
-    for i in 0..THREADS {
-        let (server, weak, token) = (server.clone(), Arc::downgrade(n), token.clone());
-        std::thread::Builder::new()
-            .name(format!("graft-observer-{i}"))
-            .spawn(move || serve_loop(&server, &weak, token.as_deref(), i == 0))?;
-    }
+    let weak = Arc::downgrade(n);
+    let handler: Arc<http::Handler> = Arc::new(move |req: &http::Request| match weak.upgrade() {
+        Some(n) => respond(&n, req, token.as_deref()),
+        None => (503, "text/plain", b"the node is stopping\n".to_vec()),
+    });
+    let stopper = server.stopper();
+    std::thread::Builder::new()
+        .name("graft-observer".into())
+        .spawn(move || server.run(handler))?;
+    let weak = Arc::downgrade(n);
+    std::thread::Builder::new()
+        .name("graft-observer-clock".into())
+        .spawn(move || sample_loop(&weak, &stopper))?;
     Ok(())
 }
 
-fn serve_loop(
-    server: &tiny_http::Server,
-    node: &Weak<NodeShared>,
-    token: Option<&str>,
-    sampler: bool,
-) {
+/// Samples utilisation once a second while the node lives, then stops
+/// the server.
+fn sample_loop(node: &Weak<NodeShared>, stopper: &http::Stopper) {
     let mut next_sample = std::time::Instant::now();
     loop {
-        if sampler && std::time::Instant::now() >= next_sample {
-            match node.upgrade() {
-                Some(n) => n.stats.sample(SAMPLES),
-                None => return,
-            }
-            next_sample += Duration::from_secs(1);
-        }
-        let req = match server.recv_timeout(Duration::from_millis(250)) {
-            Ok(Some(r)) => r,
-            Ok(None) => {
-                let alive = node
-                    .upgrade()
-                    .is_some_and(|n| !n.stopping.load(crate::loom::Ordering::Relaxed));
-                if !alive {
-                    return;
+        match node.upgrade() {
+            Some(n) if !n.stopping.load(crate::loom::Ordering::Relaxed) => {
+                if std::time::Instant::now() >= next_sample {
+                    n.stats.sample(SAMPLES);
+                    next_sample += Duration::from_secs(1);
                 }
-                continue;
             }
-            Err(e) => {
-                log::warn!("graft: observer: {e}");
+            _ => {
+                stopper.stop();
                 return;
             }
-        };
-        let Some(n) = node.upgrade() else { return };
-        let (status, ctype, body) = respond(&n, &req, token);
-        drop(n);
-        let header = tiny_http::Header::from_bytes("Content-Type", ctype).expect("static header");
-        let resp = tiny_http::Response::from_data(body)
-            .with_status_code(status)
-            .with_header(header);
-        let _ = req.respond(resp);
+        }
+        std::thread::sleep(Duration::from_millis(250));
     }
 }
 
@@ -175,26 +158,22 @@ fn same(a: &str, b: &str) -> bool {
     a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
 }
 
-fn authorised(req: &tiny_http::Request, token: Option<&str>) -> bool {
+fn authorised(req: &http::Request, token: Option<&str>) -> bool {
     let Some(want) = token else { return true };
-    if query(req.url(), "token").is_some_and(|t| same(t, want)) {
+    if query(&req.url, "token").is_some_and(|t| same(t, want)) {
         return true;
     }
-    req.headers().iter().any(|h| {
-        h.field.equiv("Authorization")
-            && h.value
-                .as_str()
-                .strip_prefix("Bearer ")
-                .is_some_and(|t| same(t, want))
-    })
+    req.header("Authorization")
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .is_some_and(|t| same(t, want))
 }
 
-type Reply = (u16, &'static str, Vec<u8>);
+use http::Reply;
 
 const HTML: &str = include_str!("observer/index.html");
 const JSON: &str = "application/json";
 
-fn respond(n: &Arc<NodeShared>, req: &tiny_http::Request, token: Option<&str>) -> Reply {
+fn respond(n: &Arc<NodeShared>, req: &http::Request, token: Option<&str>) -> Reply {
     if !authorised(req, token) {
         return (
             401,
@@ -202,10 +181,10 @@ fn respond(n: &Arc<NodeShared>, req: &tiny_http::Request, token: Option<&str>) -
             b"graft observer: a token is required\n".to_vec(),
         );
     }
-    if *req.method() != tiny_http::Method::Get {
+    if req.method != "GET" {
         return (405, "text/plain", b"GET only\n".to_vec());
     }
-    let path = req.url().split('?').next().unwrap_or("/");
+    let path = req.url.split('?').next().unwrap_or("/");
     let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
     match parts.as_slice() {
         [""] | ["index.html"] => (200, "text/html; charset=utf-8", HTML.as_bytes().to_vec()),
@@ -478,6 +457,22 @@ pub(crate) fn metrics(s: &NodeStats) -> String {
             p.queued_bytes
         );
     }
+    family(
+        &mut o,
+        "graft_dist_heartbeat_rtt_seconds",
+        "gauge",
+        "Last heartbeat round trip per peer (absent until measured).",
+    );
+    for p in &s.peers {
+        if let Some(us) = p.heartbeat_rtt_us {
+            let _ = writeln!(
+                o,
+                "graft_dist_heartbeat_rtt_seconds{{node=\"{node}\",peer=\"{}\"}} {:.6}",
+                label(&p.name),
+                us as f64 / 1e6
+            );
+        }
+    }
     o
 }
 
@@ -542,14 +537,16 @@ fn stats_js(s: &NodeStats) -> String {
         .iter()
         .map(|p| {
             format!(
-                "{{\"name\":{},\"addr\":{},\"frames_in\":{},\"bytes_in\":{},\"frames_out\":{},\"bytes_out\":{},\"queued_bytes\":{}}}",
+                "{{\"name\":{},\"addr\":{},\"frames_in\":{},\"bytes_in\":{},\"frames_out\":{},\"bytes_out\":{},\"queued_bytes\":{},\"rtt_us\":{}}}",
                 js(&p.name),
                 js(&p.addr),
                 p.frames_in,
                 p.bytes_in,
                 p.frames_out,
                 p.bytes_out,
-                p.queued_bytes
+                p.queued_bytes,
+                p.heartbeat_rtt_us
+                    .map_or_else(|| "null".to_string(), |u| u.to_string())
             )
         })
         .collect();

@@ -104,9 +104,6 @@ impl Acct {
 #[derive(Debug)]
 pub(crate) struct NodeStats {
     pub(crate) started: Instant,
-    /// Per worker: the serial + 1 of the process it runs now (0: none).
-    /// Only that worker writes it.
-    current: Vec<crossbeam_utils::CachePadded<AtomicU64>>,
     /// Nanoseconds each worker was seen busy (the sampler writes them).
     busy: Vec<AtomicU64>,
     /// Nanoseconds sampled (the same for every worker).
@@ -126,31 +123,12 @@ impl NodeStats {
     pub(crate) fn new(workers: usize) -> NodeStats {
         NodeStats {
             started: Instant::now(),
-            current: (0..workers)
-                .map(|_| crossbeam_utils::CachePadded::new(AtomicU64::new(0)))
-                .collect(),
             busy: (0..workers).map(|_| AtomicU64::new(0)).collect(),
             sampled: AtomicU64::new(0),
             restarts: AtomicU64::new(0),
             crashes: AtomicU64::new(0),
             observer: OnceLock::new(),
             samples: parking_lot::Mutex::new(std::collections::VecDeque::new()),
-        }
-    }
-
-    /// Worker `w` resumes `p` (only worker `w` calls this).
-    #[inline(always)]
-    pub(crate) fn running(&self, w: usize, p: &Process) {
-        if let Some(c) = self.current.get(w) {
-            c.store(p.pid.serial() + 1, std::sync::atomic::Ordering::Relaxed);
-        }
-    }
-
-    /// Worker `w` is back in its scheduler loop.
-    #[inline(always)]
-    pub(crate) fn between(&self, w: usize) {
-        if let Some(c) = self.current.get(w) {
-            c.store(0, std::sync::atomic::Ordering::Relaxed);
         }
     }
 
@@ -207,13 +185,26 @@ pub(crate) fn run_sampler(node: std::sync::Weak<NodeShared>) {
         let dt = (now - last).min(SAMPLE_EVERY * 10).as_nanos() as u64;
         last = now;
         let st = &n.stats;
-        for (w, c) in st.current.iter().enumerate() {
-            let cur = c.load(r);
-            if cur == 0 {
+        // What each worker runs: the system monitor's words (sysmon.rs),
+        // which the worker writes once a run (the pid, then the run word),
+        // read as the monitor reads them: run word, pid, run word. A worker
+        // is busy from a run's start until it waits for work (`IDLE_BIT`);
+        // a pid read between two equal run words is that run's (racing a
+        // switch, so rarely another's that a sample may charge the
+        // neighbour: statistics, not bookkeeping).
+        let sched = &n.sched;
+        for w in 0..sched.workers() {
+            let v = sched.ticks[w].load(std::sync::atomic::Ordering::Acquire);
+            if v & crate::sched::IDLE_BIT != 0 {
                 continue;
             }
-            bump(&st.busy[w], dt);
-            n.table.with(cur - 1, |p| bump(&p.acct.run_ns, dt));
+            let serial = sched.running[w].load(r);
+            if let Some(b) = st.busy.get(w) {
+                bump(b, dt);
+            }
+            if sched.ticks[w].load(std::sync::atomic::Ordering::Acquire) == v {
+                n.table.with(serial, |p| bump(&p.acct.run_ns, dt));
+            }
         }
         bump(&st.sampled, dt);
     }

@@ -107,6 +107,34 @@ fn run_time_and_runs_grow_while_a_process_spins() {
     n.shutdown();
 }
 
+#[test]
+fn a_waiting_process_is_not_charged_run_time() {
+    let n = node();
+    n.run(|| {
+        let p = spawn(|| {
+            receive().on(|_: u8| ()).wait();
+        });
+        until("it waits", || {
+            process_info(p).is_some_and(|i| i.status == Status::Waiting)
+        });
+        // Two equal readings around a sleep (a sample may still land just
+        // as it parks: a second round is past that).
+        let mut stable = false;
+        for _ in 0..5 {
+            let a = process_info(p).unwrap().run_time_ns;
+            sleep(Duration::from_millis(50));
+            if process_info(p).unwrap().run_time_ns == a {
+                stable = true;
+                break;
+            }
+        }
+        assert!(stable, "{:?}", process_info(p));
+        send(p, 0u8);
+    })
+    .unwrap();
+    n.shutdown();
+}
+
 /// Recurses `depth` frames of about 1 KiB each.
 #[inline(never)]
 fn recurse(depth: u32) -> u64 {

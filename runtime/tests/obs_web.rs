@@ -282,12 +282,25 @@ fn the_json_api_shows_every_node_and_remote_processes() {
     }
 }
 
+/// Reads until the server closes `s` (a hang guard, not a timing check);
+/// returns what it sent.
+fn until_closed(s: &mut TcpStream) -> String {
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let mut buf = Vec::new();
+    match s.read_to_end(&mut buf) {
+        Ok(_) => {}
+        // Cut off (a reset): also closed.
+        Err(e) if e.kind() != std::io::ErrorKind::WouldBlock => {}
+        Err(e) => panic!("the observer kept a slow client for 60 s: {e}"),
+    }
+    String::from_utf8_lossy(&buf).into_owned()
+}
+
+// Before its own server, the observer ran on tiny_http, whose pool loses a
+// wakeup: four clients holding half a request (its four idle pool threads)
+// left the next connection queued with no thread, for as long as they
+// stayed (seen once in CI; every time with four holders in a burst).
 #[test]
-// Ignored: in one clean-clone CI run the whole request was not answered
-// within 30 s while the three slow clients were connected (tiny_http's
-// connection threads held by partial requests, seen once, not yet
-// understood). Run with `--ignored`; kept as the reproduction.
-#[ignore = "slow clients held the observer up once in CI; under investigation"]
 fn slow_and_garbage_clients_do_not_hold_up_the_observer() {
     let n = Node::start(
         NodeConfig::new("127.0.0.1:0")
@@ -296,9 +309,9 @@ fn slow_and_garbage_clients_do_not_hold_up_the_observer() {
     )
     .unwrap();
     let addr = n.observer_addr().unwrap();
-    // Three clients that send half a request and wait (more than the
-    // observer's two threads), one that sends garbage, one that closes.
-    let mut slow: Vec<TcpStream> = (0..3)
+    // Clients that send half a request and wait: more than the observer
+    // serves at once, so that some are dropped to make room.
+    let mut slow: Vec<TcpStream> = (0..40)
         .map(|_| {
             let mut s = TcpStream::connect(addr).unwrap();
             s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
@@ -306,17 +319,52 @@ fn slow_and_garbage_clients_do_not_hold_up_the_observer() {
             s
         })
         .collect();
+    // Garbage with no line end; a body that never ends; a byte a while.
     let mut junk = TcpStream::connect(addr).unwrap();
     junk.write_all(&[0xff; 4096]).unwrap();
+    let mut body = TcpStream::connect(addr).unwrap();
+    body.write_all(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\nabc")
+        .unwrap();
+    let dripping = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let drip = {
+        let mut s = TcpStream::connect(addr).unwrap();
+        let on = dripping.clone();
+        std::thread::spawn(move || {
+            for b in b"GET /metrics HTTP/1.1\r\nHost: x".iter().cycle() {
+                if !on.load(std::sync::atomic::Ordering::Relaxed) || s.write_all(&[*b]).is_err() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        })
+    };
+    // A client that asked for keep-alive and stays idle after its answer.
+    let mut idle = TcpStream::connect(addr).unwrap();
+    idle.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let answer = until_closed(&mut idle);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     drop(TcpStream::connect(addr).unwrap());
-    // A whole request is still answered.
-    let (status, body) = get(addr, "/metrics", None);
-    assert_eq!(status, 200);
-    parse_prometheus(&body);
-    // A huge URL is refused or answered, never crashes the node.
+    // Whole requests are still answered, again and again.
+    for _ in 0..5 {
+        let (status, body) = get(addr, "/metrics", None);
+        assert_eq!(status, 200);
+        parse_prometheus(&body);
+    }
+    // A huge URL is refused, never crashes the node.
     let long = format!("/api/node/{}", "9".repeat(10_000));
     let (status, _) = get(addr, &long, None);
-    assert!(status >= 400, "{status}");
+    assert_eq!(status, 431);
+    // The garbage is refused; the never-ending body is answered (GET only)
+    // without being read; the slowest are cut off by the head deadline.
+    assert!(until_closed(&mut junk).starts_with("HTTP/1.1 4"));
+    assert!(until_closed(&mut body).starts_with("HTTP/1.1 405"));
+    for s in slow.iter_mut() {
+        let a = until_closed(s);
+        assert!(a.is_empty() || a.starts_with("HTTP/1.1 408"), "{a}");
+    }
+    dripping.store(false, std::sync::atomic::Ordering::Relaxed);
+    drip.join().unwrap();
     slow.clear();
     assert_eq!(get(addr, "/metrics", None).0, 200);
     n.shutdown();

@@ -318,11 +318,10 @@ impl WorkerCtx {
                 self.current.set(std::ptr::null());
                 return;
             };
-            // Accounting (stats.rs): plain stores, no clock.
+            // Accounting (stats.rs): a plain store, no clock (the sampler
+            // reads the run word and pid above).
             p.acct.ran();
-            self.node.stats.running(self.index, p);
             let step = coro.resume(&p.trap);
-            self.node.stats.between(self.index);
             match step {
                 Step::Suspended(Suspend::Park) => {
                     if p.state.park() {
