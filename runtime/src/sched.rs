@@ -48,6 +48,7 @@ use crate::context;
 use crate::loom::{AtomicBool, AtomicU64, AtomicUsize, Mutex, Ordering};
 use crate::process::Process;
 use crossbeam_deque::{Injector, Stealer};
+use crossbeam_utils::CachePadded;
 use idle::Idle;
 use run_queue::LifoSlot;
 pub(crate) use run_queue::Runnable;
@@ -59,16 +60,19 @@ use worker::WorkerCtx;
 pub(crate) struct Scheduler {
     pub(crate) injector: Injector<Runnable>,
     pub(crate) stealers: Vec<Stealer<Runnable>>,
-    pub(crate) lifo: Vec<LifoSlot>,
+    /// Each worker's words on a cache line of their own (`CachePadded`):
+    /// workers write them at every wake and switch, and packed together they
+    /// would bounce one line between the cores.
+    pub(crate) lifo: Vec<CachePadded<LifoSlot>>,
     pub(crate) pinned: Vec<Mutex<VecDeque<Runnable>>>,
     /// Length of each pinned queue, read without its lock.
     pub(crate) pinned_len: Vec<AtomicUsize>,
     /// Per worker (spares included): its run word, bumped at every process
     /// switch and marked with `IDLE_BIT` while it waits for work (read by
     /// the monitors: `rescue_stuck` and `sysmon.rs`).
-    pub(crate) ticks: Vec<AtomicU64>,
+    pub(crate) ticks: Vec<CachePadded<AtomicU64>>,
     /// Per worker: the pid serial of the process it runs or ran last.
-    pub(crate) running: Vec<AtomicU64>,
+    pub(crate) running: Vec<CachePadded<AtomicU64>>,
     /// Workers made at start; the slots after them are spares.
     pub(crate) primaries: usize,
     pub(crate) idle: Idle,
@@ -84,14 +88,20 @@ impl Scheduler {
     pub(crate) fn new(stealers: Vec<Stealer<Runnable>>, primaries: usize) -> Scheduler {
         let n = stealers.len();
         Scheduler {
-            running: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            running: (0..n)
+                .map(|_| CachePadded::new(AtomicU64::new(0)))
+                .collect(),
             primaries,
             injector: Injector::new(),
             stealers,
-            lifo: (0..n).map(|_| LifoSlot::default()).collect(),
+            lifo: (0..n)
+                .map(|_| CachePadded::new(LifoSlot::default()))
+                .collect(),
             pinned: (0..n).map(|_| Mutex::new(VecDeque::new())).collect(),
             pinned_len: (0..n).map(|_| AtomicUsize::new(0)).collect(),
-            ticks: (0..n).map(|_| AtomicU64::new(IDLE_BIT)).collect(),
+            ticks: (0..n)
+                .map(|_| CachePadded::new(AtomicU64::new(IDLE_BIT)))
+                .collect(),
             idle: Idle::new(n),
             stop: AtomicBool::new(false),
         }
