@@ -272,6 +272,35 @@ struct Peer {
     counters: std::sync::Arc<crate::observe::PeerCounters>,
 }
 
+impl Peer {
+    /// Queues a frame for this peer (see [`queue`]) and counts it: sent,
+    /// or refused as too large.
+    fn queue_counted(
+        &self,
+        node: NodeId,
+        key: u64,
+        kind: u8,
+        payload: Cow<'_, [u8]>,
+    ) -> Result<(), Error> {
+        let len = payload.len();
+        match queue(&self.sender, key, kind, payload) {
+            Ok(()) => {
+                self.counters.sent(len);
+                Ok(())
+            }
+            Err(e) => {
+                let e = send_error(node, e);
+                if let Error::MessageTooLarge { .. } = e {
+                    self.counters
+                        .too_large
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                Err(e)
+            }
+        }
+    }
+}
+
 /// What completes when a connection to a node is lost; each record names
 /// the connection it was made over.
 #[derive(Debug, Default)]
@@ -405,22 +434,7 @@ impl Dist {
             .get(&node)
             .filter(|p| only.is_none() || only == Some(p.info.id))
             .ok_or(Error::NoConnection(node))?;
-        let len = payload.len();
-        match queue(&peer.sender, key, kind, payload) {
-            Ok(()) => {
-                peer.counters.sent(len);
-                Ok(())
-            }
-            Err(e) => {
-                let e = send_error(node, e);
-                if let Error::MessageTooLarge { .. } = e {
-                    peer.counters
-                        .too_large
-                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                }
-                Err(e)
-            }
-        }
+        peer.queue_counted(node, key, kind, payload)
     }
 
     /// Sends a control command to `node`.
@@ -516,39 +530,28 @@ impl Dist {
         make: impl FnOnce() -> Vec<u8>,
     ) -> Result<(), Error> {
         let key = order_key();
-        let busy = self
-            .peers
-            .read()
-            .get(&to.node())
-            .filter(|p| p.sender.is_busy())
-            .map(|p| p.sender.clone());
-        if let Some(s) = busy {
-            wait_not_busy(&s, key, size);
-        }
-        {
+        let mut waited = false;
+        loop {
             let peers = self.peers.read();
-            if let Some(peer) = peers.get(&to.node()) {
-                if peer.info.creation != to.creation() {
-                    return Ok(()); // an earlier incarnation: that process is dead
-                }
-                let frame = make();
-                let len = frame.len();
-                return match queue(&peer.sender, key, kind, Cow::Owned(frame)) {
-                    Ok(()) => {
-                        peer.counters.sent(len);
-                        Ok(())
-                    }
-                    Err(e) => match send_error(to.node(), e) {
-                        e @ Error::MessageTooLarge { .. } => {
-                            peer.counters
-                                .too_large
-                                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                            Err(e)
-                        }
-                        _ => Ok(()), // going down: dropped, as to a dead process
-                    },
-                };
+            let Some(peer) = peers.get(&to.node()) else {
+                break;
+            };
+            if peer.info.creation != to.creation() {
+                return Ok(()); // an earlier incarnation: that process is dead
             }
+            if !waited && peer.sender.is_busy() {
+                // Suspended without the table's lock, then looked up again
+                // (the connection may have gone meanwhile).
+                let s = peer.sender.clone();
+                drop(peers);
+                wait_not_busy(&s, key, size);
+                waited = true;
+                continue;
+            }
+            return match peer.queue_counted(to.node(), key, kind, Cow::Owned(make())) {
+                Err(e @ Error::MessageTooLarge { .. }) => Err(e),
+                _ => Ok(()), // going down: dropped, as to a dead process
+            };
         }
         self.mon.undeliverable(self, to, kind, make());
         Ok(())
