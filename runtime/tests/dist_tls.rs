@@ -3,9 +3,11 @@
 //! remote spawn, calls, monitors and node loss; a node with a certificate
 //! of another CA cannot join.
 
+mod common;
+
 use graft::*;
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 struct Ca {
     params: CertificateParams,
@@ -50,16 +52,6 @@ fn node(t: TlsConfig) -> Node {
     )
     .expect("node starts")
 }
-fn eventually(what: &str, mut f: impl FnMut() -> bool) {
-    let t = Instant::now();
-    while !f() {
-        assert!(
-            t.elapsed() < Duration::from_secs(20),
-            "timed out waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
 
 #[test]
 fn three_tls_nodes_spawn_call_monitor_and_lose_a_node() {
@@ -67,53 +59,7 @@ fn three_tls_nodes_spawn_call_monitor_and_lose_a_node() {
     let a = node(tls(&k, &k));
     let b = node(tls(&k, &k));
     let c = node(tls(&k, &k));
-    a.connect(b.addr()).unwrap();
-    c.connect(b.addr()).unwrap();
-    eventually("a full mesh", || {
-        a.nodes().len() == 2 && c.nodes().len() == 2
-    });
-    let (b_id, c_id) = (b.id(), c.id());
-
-    // Remote spawn with a captured environment, and a call, to each.
-    let got = a
-        .run(move || {
-            let me = self_pid();
-            let label = String::from("sealed answer");
-            spawn_on(b_id, (me, label), |(to, label)| {
-                send(to, (label, this_node()))
-            })
-            .unwrap();
-            let from_b = expect::<(String, NodeId)>();
-            let sq = call_on(c_id, 12u64, |x| x * x).unwrap();
-            (from_b, sq)
-        })
-        .unwrap();
-    assert_eq!(got, (("sealed answer".to_string(), b_id), 144));
-
-    // A monitor on a process of c fires with NoConnection when c goes.
-    let (tx, rx) = std::sync::mpsc::channel();
-    let waiter = std::thread::spawn(move || {
-        let r = a.run(move || {
-            let p = spawn_on(c_id, (), |()| {
-                expect::<u8>();
-            })
-            .unwrap();
-            let m = monitor(p);
-            tx.send(()).unwrap();
-            receive()
-                .when(move |d: &ProcessDied| d.monitor == m, |d| d.reason)
-                .timeout(Duration::from_secs(20))
-                .expect("the monitor fires")
-        });
-        (a, r)
-    });
-    rx.recv().unwrap();
-    c.shutdown();
-    let (a, r) = waiter.join().unwrap();
-    assert_eq!(r.unwrap(), ExitReason::NoConnection);
-    // The rest of the mesh goes on.
-    let v = a.run(move || call_on(b_id, 7u32, |x| x + 1)).unwrap();
-    assert_eq!(v.unwrap(), 8);
+    common::three_nodes_spawn_call_monitor_and_lose_one(a, b, c);
 }
 
 #[test]
