@@ -591,16 +591,7 @@ pub fn request<M: Message, R: Message>(
 pub fn reply<R: Message>(to: Alias, value: R) {
     let me = current("reply");
     let n = node();
-    let removed = {
-        let mut m = me.meta.lock();
-        match m.watchers.iter().position(|w| *w == (to.r, to.owner)) {
-            Some(i) => {
-                m.watchers.swap_remove(i);
-                true
-            }
-            None => false,
-        }
-    };
+    let removed = { me.meta.lock().watchers.remove_of(to.r, to.owner) };
     if removed && !n.is_local(to.owner) {
         n.dist.forget_watched(to.owner.node(), to.r);
     }

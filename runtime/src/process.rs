@@ -18,6 +18,7 @@ pub(crate) mod mailbox;
 pub(crate) mod receive;
 pub(crate) mod state;
 pub(crate) mod value;
+pub(crate) mod watchers;
 
 use crate::coroutine::{Coro, ProcYielder, TrapSlot};
 use crate::exit::{ExitReason, ExitSignal, ProcessDied};
@@ -219,7 +220,7 @@ impl<T> IntoIterator for LazyVec<T> {
 pub(crate) struct Meta {
     pub(crate) links: LazyVec<Pid>,
     /// Who monitors this process: (reference, watcher).
-    pub(crate) watchers: LazyVec<(MonitorRef, Pid)>,
+    pub(crate) watchers: watchers::Watchers,
     pub(crate) name: Option<String>,
     pub(crate) exited: bool,
     pub(crate) trap_exits: bool,

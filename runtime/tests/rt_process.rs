@@ -23,6 +23,32 @@ rt_test! {
         assert_eq!(expect::<u8>(), 1);
     }
 
+    // Many monitors on one process (past the watchers' index threshold),
+    // every other one withdrawn: its exit tells exactly the rest, once.
+    fn a_much_watched_process_tells_exactly_the_monitors_left() {
+        let target = spawn(|| {
+            expect::<()>();
+        });
+        let refs: Vec<MonitorRef> = (0..300).map(|_| monitor(target)).collect();
+        for r in refs.iter().step_by(2) {
+            demonitor(*r);
+        }
+        send(target, ());
+        let mut got: Vec<MonitorRef> = (0..150)
+            .map(|_| {
+                let d: ProcessDied = expect();
+                assert_eq!(d.pid, target);
+                d.monitor
+            })
+            .collect();
+        got.sort();
+        let mut want: Vec<MonitorRef> = refs.iter().skip(1).step_by(2).copied().collect();
+        want.sort();
+        assert_eq!(got, want);
+        let extra = receive().on(|d: ProcessDied| d.monitor).timeout(Duration::from_millis(50));
+        assert_eq!(extra, None, "one notice per monitor left");
+    }
+
     fn kill_ends_a_process_parked_in_receive() {
         let child = spawn(|| {
             expect::<u64>();
