@@ -29,7 +29,7 @@ use crate::pid::{MonitorRef, Pid};
 use mailbox::Mailbox;
 use state::ProcState;
 use std::any::{Any, TypeId};
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use value::Value;
 
 /// One item in a mailbox (an implementation detail that receive clauses see).
@@ -259,7 +259,7 @@ pub(crate) struct Local {
     /// (Boxed: the entry of every process carries this field, and a box is
     /// a sixth of an empty map's size.)
     #[allow(clippy::box_collection)]
-    pub(crate) storage: Option<Box<HashMap<TypeId, Box<dyn Any + Send>>>>,
+    pub(crate) storage: Option<Box<ahash::AHashMap<TypeId, Box<dyn Any + Send>>>>,
     /// The process this one sent to last: a process usually talks to the
     /// same peer again (a ring, a server), and the cache skips the table.
     pub(crate) last_target: Option<std::sync::Arc<Process>>,

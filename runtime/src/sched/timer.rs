@@ -11,8 +11,9 @@ use crate::loom::{Condvar, Mutex};
 use crate::node::NodeShared;
 use crate::pid::Pid;
 use crate::process::Mail;
+use ahash::AHashMap;
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -56,7 +57,7 @@ pub struct TimerRef(pub(crate) u64);
 #[derive(Debug, Default)]
 struct State {
     heap: BinaryHeap<Reverse<(Instant, u64)>>,
-    live: HashMap<u64, Action>,
+    live: AHashMap<u64, Action>,
     next_id: u64,
     stop: bool,
 }
