@@ -59,6 +59,7 @@ pub struct NodeConfig {
     pub(crate) cookie: Option<String>,
     pub(crate) workers: usize,
     pub(crate) stack_size: usize,
+    pub(crate) stack_trim: crate::stack::Trim,
     pub(crate) shutdown_timeout: Duration,
     pub(crate) max_processes: usize,
     pub(crate) heartbeat: Option<Duration>,
@@ -86,6 +87,7 @@ impl NodeConfig {
             cookie: None,
             workers: default_workers(),
             stack_size: 64 * 1024,
+            stack_trim: Default::default(),
             shutdown_timeout: Duration::from_secs(5),
             max_processes: 1 << 20,
             heartbeat: None,
@@ -136,6 +138,24 @@ impl NodeConfig {
     /// Default stack size of a process (virtual; default 64 KiB).
     pub fn stack_size(mut self, bytes: usize) -> NodeConfig {
         self.stack_size = bytes;
+        self
+    }
+    /// When the stacks of exited processes give their memory back: each
+    /// thread's free list keeps the `keep` stacks freed last resident (a
+    /// spawn after an exit reuses one, already faulted in), and the pages of
+    /// the others go back to the kernel once they have sat unused for
+    /// `after` (a background thread does it, one `madvise` per run of
+    /// neighbouring stacks). Default: 512 and 2 s, so that RSS falls back
+    /// near its start a few seconds after a million processes exit.
+    /// `after` zero keeps every free stack's pages.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let cfg = graft::NodeConfig::new("127.0.0.1:0").stack_trim(64, Duration::from_millis(200));
+    /// # let _ = cfg;
+    /// ```
+    pub fn stack_trim(mut self, keep: usize, after: Duration) -> NodeConfig {
+        self.stack_trim = crate::stack::Trim { keep, after };
         self
     }
     /// How long `shutdown` waits for processes to exit after `Kill`.
@@ -831,7 +851,7 @@ impl Node {
             table: ProcessTable::new(),
             registry: Registry::default(),
             sched: Scheduler::new(stealers, config.workers),
-            stacks: StackPool::new(default_stack),
+            stacks: StackPool::with_trim(default_stack, config.stack_trim),
             timers: Timers::default(),
             blocking: BlockingPool::new("graft"),
             commands: tx,

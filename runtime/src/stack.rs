@@ -49,6 +49,10 @@ const STACKS_PER_SLAB: usize = 64;
 const REFILL_HIGH: usize = 4096;
 /// ...and is woken when fewer than this many are left.
 const REFILL_LOW: usize = REFILL_HIGH / 2;
+/// Free stacks each shard keeps resident by default (see [`Trim`]); with
+/// the threads of a node on their own shards, as many as the refill
+/// thread keeps ready in all.
+const TRIM_KEEP: usize = REFILL_HIGH / SHARDS;
 
 /// The page size (asked once: `sysconf` is a libc call on every spawn
 /// otherwise).
@@ -403,22 +407,71 @@ fn my_shard() -> usize {
     SHARD.with(|s| *s)
 }
 
-/// Free stacks (tops) by size, in one shard.
+/// The free stacks of one size in one shard.
+///
+/// `hot` is a LIFO of stacks whose pages may still be resident (a spawn
+/// after an exit gets the one freed last, its pages still in cache); `cold`
+/// holds stacks whose pages were given back to the kernel (see
+/// [`StackPool::trim`]), taken only when `hot` is empty. `low` is the
+/// least length `hot` had since the last trim: its bottom `low` entries sat
+/// unused all that time.
+#[derive(Debug, Default)]
+struct FreeList {
+    size: usize,
+    hot: Vec<usize>,
+    cold: Vec<usize>,
+    low: usize,
+}
+
+impl FreeList {
+    fn pop(&mut self) -> Option<usize> {
+        match self.hot.pop() {
+            Some(top) => {
+                self.low = self.low.min(self.hot.len());
+                Some(top)
+            }
+            None => self.cold.pop(),
+        }
+    }
+}
+
+/// Free stacks by size, in one shard.
 #[derive(Debug, Default)]
 struct Shard {
-    /// (size, free tops); a node uses one or two sizes, so a short vector
-    /// beats a map.
-    free: Vec<(usize, Vec<usize>)>,
+    /// A node uses one or two sizes, so a short vector beats a map.
+    free: Vec<FreeList>,
 }
 
 impl Shard {
-    fn list(&mut self, size: usize) -> &mut Vec<usize> {
-        match self.free.iter().position(|(s, _)| *s == size) {
-            Some(i) => &mut self.free[i].1,
+    fn list(&mut self, size: usize) -> &mut FreeList {
+        match self.free.iter().position(|l| l.size == size) {
+            Some(i) => &mut self.free[i],
             None => {
-                self.free.push((size, Vec::new()));
-                &mut self.free.last_mut().expect("just pushed").1
+                self.free.push(FreeList {
+                    size,
+                    ..FreeList::default()
+                });
+                self.free.last_mut().expect("just pushed")
             }
+        }
+    }
+}
+
+/// When a pool gives the pages of its free stacks back to the kernel: each
+/// shard keeps the `keep` stacks freed last resident, and gives back the
+/// pages of the others once they have sat unused for `after` (between one
+/// and two periods of `after`). `after` zero: never.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Trim {
+    pub(crate) keep: usize,
+    pub(crate) after: std::time::Duration,
+}
+
+impl Default for Trim {
+    fn default() -> Trim {
+        Trim {
+            keep: TRIM_KEEP,
+            after: std::time::Duration::from_secs(2),
         }
     }
 }
@@ -435,20 +488,32 @@ pub(crate) struct StackPool {
     default_size: usize,
     refill: Mutex<Refill>,
     refill_cv: Condvar,
+    /// When free stacks' pages go back to the kernel (by the refill
+    /// thread; a pool without one never trims).
+    trim: Trim,
 }
 
 #[derive(Debug, Default)]
 struct Refill {
     wanted: bool,
     stop: bool,
+    /// A shard holds more than `trim.keep` hot stacks: the refill thread
+    /// starts its trim ticks.
+    trim: bool,
 }
 
 impl StackPool {
     /// A pool whose refill thread (see [`StackPool::run_refill`]) stocks
     /// stacks of `default_size` bytes.
     pub(crate) fn new(default_size: usize) -> Arc<StackPool> {
+        StackPool::with_trim(default_size, Trim::default())
+    }
+
+    /// [`StackPool::new`], giving free stacks' pages back as `trim` says.
+    pub(crate) fn with_trim(default_size: usize, trim: Trim) -> Arc<StackPool> {
         Arc::new(StackPool {
             default_size,
+            trim,
             ..StackPool::default()
         })
     }
@@ -498,12 +563,66 @@ impl StackPool {
     fn add_free(&self, shard: usize, size: usize, slab: Slab, tops: Vec<usize>) {
         self.slabs.lock().push(slab);
         self.count(size, tops.len() as isize);
-        self.shards[shard].lock().list(size).extend(tops);
+        // Never touched: nothing resident, so they go behind the hot ones.
+        self.shards[shard].lock().list(size).cold.extend(tops);
     }
 
     fn give_back(&self, top: usize, size: usize) {
-        self.shards[my_shard()].lock().list(size).push(top);
+        let hot = {
+            let mut shard = self.shards[my_shard()].lock();
+            let list = shard.list(size);
+            list.hot.push(top);
+            list.hot.len()
+        };
         self.count(size, 1);
+        if hot == self.trim.keep + 1 && !self.trim.after.is_zero() {
+            self.want_trim();
+        }
+    }
+
+    /// Starts the refill thread's trim ticks (once past the mark).
+    #[cold]
+    fn want_trim(&self) {
+        let mut r = self.refill.lock();
+        if !r.trim {
+            r.trim = true;
+            drop(r);
+            self.refill_cv.notify_one();
+        }
+    }
+
+    /// One trim tick: in every shard, the hot stacks that sat unused since
+    /// the last tick beyond the `keep` freed last give their pages back
+    /// (`MADV_DONTNEED`; the mapping and the guard pages stay) and become
+    /// cold. No lock is held while the kernel works: the stacks are taken
+    /// out of their list meanwhile. Returns whether a shard still holds more
+    /// than `keep` hot stacks (then the ticks go on).
+    pub(crate) fn trim_idle(&self) -> bool {
+        let keep = self.trim.keep;
+        let mut more = false;
+        for shard in &self.shards {
+            let taken: Vec<(usize, Vec<usize>)> = {
+                let mut g = shard.lock();
+                g.free
+                    .iter_mut()
+                    .map(|l| {
+                        let idle = l.low.saturating_sub(keep);
+                        let out: Vec<usize> = l.hot.drain(..idle).collect();
+                        l.low = l.hot.len();
+                        more |= l.hot.len() > keep;
+                        (l.size, out)
+                    })
+                    .collect()
+            };
+            for (size, mut tops) in taken {
+                if tops.is_empty() {
+                    continue;
+                }
+                release(&mut tops, size);
+                shard.lock().list(size).cold.extend(tops);
+            }
+        }
+        more
     }
 
     fn want_refill(&self) {
@@ -517,20 +636,43 @@ impl StackPool {
 
     /// The refill thread's loop: stock `REFILL_HIGH` stacks of the default
     /// size whenever asked, until [`StackPool::stop`]. It spreads them over
-    /// the shards.
+    /// the shards. Between refills it runs the trim ticks ([`Trim`]) while
+    /// some shard holds more hot stacks than it keeps.
     pub(crate) fn run_refill(&self) {
         let size = self.default_size;
         let count = (4 * 1024 * 1024 / size).clamp(1, STACKS_PER_SLAB);
         let mut next_shard = 0;
+        let mut next_trim: Option<std::time::Instant> = None;
         loop {
-            {
+            let refill = {
                 let mut r = self.refill.lock();
-                while !r.wanted && !r.stop {
-                    r = self.refill_cv.wait(r);
+                loop {
+                    if r.stop {
+                        return;
+                    }
+                    if std::mem::take(&mut r.trim) && next_trim.is_none() {
+                        next_trim = Some(std::time::Instant::now() + self.trim.after);
+                    }
+                    if r.wanted {
+                        break true;
+                    }
+                    match next_trim {
+                        None => r = self.refill_cv.wait(r),
+                        Some(at) => {
+                            let now = std::time::Instant::now();
+                            if now >= at {
+                                break false;
+                            }
+                            r = self.refill_cv.wait_timeout(r, at - now);
+                        }
+                    }
                 }
-                if r.stop {
-                    return;
-                }
+            };
+            if !refill {
+                next_trim = self
+                    .trim_idle()
+                    .then(|| std::time::Instant::now() + self.trim.after);
+                continue;
             }
             while self.free_default.load(std::sync::atomic::Ordering::Relaxed) < REFILL_HIGH {
                 match Slab::map(size, count) {
@@ -568,6 +710,37 @@ impl StackPool {
     pub(crate) fn stop(&self) {
         self.refill.lock().stop = true;
         self.refill_cv.notify_all();
+    }
+}
+
+/// Gives the pages of the free stacks at `tops` (of `size` bytes) back to
+/// the kernel; their next use faults fresh zeroed pages in. Neighbouring
+/// stacks of a slab go in one `madvise` call, guard pages included (a guard
+/// stays a guard through `MADV_DONTNEED`: guard regions are kept by zaps,
+/// and `PROT_NONE` pages hold nothing to drop).
+fn release(tops: &mut [usize], size: usize) {
+    let guard = GUARD_PAGES * page_size();
+    tops.sort_unstable();
+    let mut i = 0;
+    while i < tops.len() {
+        let lo = tops[i] - size;
+        let mut hi = tops[i];
+        i += 1;
+        while i < tops.len() && tops[i] - size == hi + guard {
+            hi = tops[i];
+            i += 1;
+        }
+        // SAFETY: [lo, hi) covers free stacks of this pool (and the guard
+        // pages between them): no process runs on them, nobody else holds
+        // them while the trim has them out of their lists, and their
+        // contents are dead.
+        let rc = unsafe { libc::madvise(lo as *mut libc::c_void, hi - lo, libc::MADV_DONTNEED) };
+        if rc != 0 {
+            log::debug!(
+                "graft: giving back free stack pages: {}",
+                io::Error::last_os_error()
+            );
+        }
     }
 }
 
