@@ -14,8 +14,8 @@
 //! * **encrypted**: AES-256-GCM (the Noise `AESGCM` cipher functions:
 //!   nonce = 32 zero bits and the counter, empty associated data);
 //! * **authenticated** (the default): the plaintext, then a 16-byte tag,
-//!   Poly1305-AES ([`PolyMac`]) with keys derived from the direction's
-//!   session key, over the plaintext, with the counter as its nonce. Nothing can be forged, replayed or moved,
+//!   BLAKE3 keyed with a key derived from the direction's session key, over
+//!   the counter and the plaintext. Nothing can be forged, replayed or moved,
 //!   but it can be read.
 //!
 //! The plaintext is a slice of the ordinary frame stream (see `frame.rs`):
@@ -108,9 +108,9 @@ impl std::fmt::Debug for Session {
 enum Protect {
     /// AES-256-GCM: encrypted and authenticated.
     Gcm(Box<Gcm256>),
-    /// Poly1305-AES over the plaintext, with the nonce: authenticated,
-    /// not encrypted.
-    Mac(Box<PolyMac>),
+    /// BLAKE3 keyed with this key, over the nonce and the plaintext, the
+    /// tag truncated to 16 bytes: authenticated, not encrypted.
+    Mac([u8; 32]),
     /// TLS 1.3 application-data records (RFC 8446 section 5.2): a 5-byte
     /// header `23, 3, 3, length`, AES-256-GCM with nonce = iv XOR the
     /// sequence number and the header as associated data, the inner
@@ -162,72 +162,11 @@ impl Protect {
         if encrypt {
             Protect::Gcm(Box::new(Gcm256::new(key)))
         } else {
-            Protect::Mac(Box::new(PolyMac::new(key)))
+            Protect::Mac(blake3::derive_key("graft-net 2026-12 record mac v2", key))
         }
     }
 }
 
-/// Poly1305-AES (Bernstein, "The Poly1305-AES message-authentication
-/// code", FSE 2005), the authenticated mode's MAC: the tag of record `n`
-/// with plaintext `m` is `(Poly1305_r(m) + AES-256_k(n)) mod 2^128`, with
-/// `r` and `k` derived from the direction's session key and `n` the
-/// record's counter (each used once per key). A forgery succeeds with
-/// probability at most `8 * ceil(L / 16) / 2^106` for an `L`-byte record,
-/// and the first failure closes the connection. Chosen over a BLAKE3 MAC
-/// because the records are small (a write batch of a few frames): Poly1305
-/// (AVX2) and one AES block cost several times less than BLAKE3 below
-/// 4 KiB (figures in `docs/decisions.md`). `r` is fixed per direction
-/// (Poly1305-AES's design), so its powers are computed once.
-#[derive(Clone)]
-pub(crate) struct PolyMac {
-    /// Poly1305 keyed with `(r, 0)`: its output is `Poly1305_r(m) mod 2^128`.
-    poly: poly1305::Poly1305,
-    aes: aes::Aes256,
-}
-
-impl PolyMac {
-    pub(crate) fn new(session_key: &[u8; 32]) -> PolyMac {
-        use aes::cipher::KeyInit as _;
-        let mut r = [0u8; 32];
-        r[..16].copy_from_slice(
-            &blake3::derive_key("graft-net 2026-12 record mac v3 poly1305 r", session_key)[..16],
-        );
-        let k = blake3::derive_key("graft-net 2026-12 record mac v3 aes k", session_key);
-        PolyMac {
-            // The crate clamps `r`; the second half (`s`) is zero.
-            poly: poly1305::Poly1305::new(poly1305::Key::from_slice(&r)),
-            aes: aes::Aes256::new(aes::cipher::generic_array::GenericArray::from_slice(&k)),
-        }
-    }
-
-    /// The tag of record `nonce` with plaintext `data`.
-    #[inline]
-    pub(crate) fn tag(&self, nonce: u64, data: &[u8]) -> [u8; TAG] {
-        use aes::cipher::BlockEncrypt as _;
-        let h = self.poly.clone().compute_unpadded(data);
-        let mut s = aes::Block::default();
-        s[8..].copy_from_slice(&nonce.to_be_bytes());
-        self.aes.encrypt_block(&mut s);
-        let h = u128::from_le_bytes(h.into());
-        let s = u128::from_le_bytes(s.into());
-        h.wrapping_add(s).to_le_bytes()
-    }
-
-    /// Whether `tag` is record `nonce`'s, compared in constant time.
-    pub(crate) fn verify(&self, nonce: u64, data: &[u8], tag: &[u8]) -> bool {
-        let want = self.tag(nonce, data);
-        if tag.len() != TAG {
-            return false;
-        }
-        let diff = want.iter().zip(tag).fold(0u8, |d, (a, b)| d | (a ^ b));
-        // Keep the fold from being turned into an early exit.
-        std::hint::black_box(diff) == 0
-    }
-}
-
-/// The previous authenticated mode's MAC, BLAKE3 keyed, kept for the
-/// micro-benchmark that compares the candidates.
-#[cfg(test)]
 fn mac(key: &[u8; 32], nonce: u64, data: &[u8]) -> [u8; TAG] {
     let mut h = blake3::Hasher::new_keyed(key);
     h.update(&nonce.to_be_bytes());
@@ -313,7 +252,7 @@ fn record_len(header: usize, raw: &[u8]) -> io::Result<Option<usize>> {
 impl Session {
     /// A session sending with key `send` and receiving with `recv`, both
     /// nonces at 0; records encrypted (AES-256-GCM) or only authenticated
-    /// (Poly1305-AES).
+    /// (a BLAKE3 MAC).
     pub(crate) fn new(send: &[u8; 32], recv: &[u8; 32], encrypt: bool) -> Session {
         Session {
             sealer: Sealer {
@@ -427,7 +366,7 @@ impl Sealer {
         }
         let tag = match &self.aead {
             Protect::Gcm(aead) => aead.seal(nonce(self.nonce), b"", data)?,
-            Protect::Mac(m) => m.tag(self.nonce, data),
+            Protect::Mac(key) => mac(key, self.nonce, data),
             Protect::Tls(..) => return Err(io::Error::other("a TLS record needs its header")),
         };
         self.nonce += 1;
@@ -577,8 +516,13 @@ impl Opener {
                 aead.open(nonce(self.nonce), b"", out, &ct[n..])
                     .map_err(|_| bad())?;
             }
-            Protect::Mac(m) => {
-                if !m.verify(self.nonce, &ct[..n], &ct[n..]) {
+            Protect::Mac(key) => {
+                // Compared in constant time (as a blake3 hash).
+                let mut want = [0u8; 32];
+                let mut got = [0u8; 32];
+                want[..TAG].copy_from_slice(&mac(key, self.nonce, &ct[..n]));
+                got[..TAG].copy_from_slice(&ct[n..]);
+                if blake3::Hash::from(want) != blake3::Hash::from(got) {
                     return Err(bad());
                 }
                 out.copy_from_slice(&ct[..n]);
@@ -900,55 +844,11 @@ mod tests {
         }
     }
 
-    /// Poly1305-AES: the tag is Poly1305 keyed `(r, AES_k(n))` (the
-    /// crate's own addition of `s`), and any change of data, nonce or tag
-    /// fails.
-    #[test]
-    fn poly1305_aes_is_poly1305_with_s_from_aes() {
-        use aes::cipher::{BlockEncrypt, KeyInit as _};
-        use poly1305::universal_hash::KeyInit as _;
-        let key = [7u8; 32];
-        let m = PolyMac::new(&key);
-        let mut r = [0u8; 32];
-        r[..16].copy_from_slice(
-            &blake3::derive_key("graft-net 2026-12 record mac v3 poly1305 r", &key)[..16],
-        );
-        let k = blake3::derive_key("graft-net 2026-12 record mac v3 aes k", &key);
-        let aes = aes::Aes256::new((&k).into());
-        for (nonce, len) in [(0u64, 0usize), (1, 1), (2, 15), (3, 16), (u64::MAX - 1, 1000)] {
-            let data: Vec<u8> = (0..len).map(|i| (i * 31 + 5) as u8).collect();
-            let mut s = aes::Block::default();
-            s[8..].copy_from_slice(&nonce.to_be_bytes());
-            aes.encrypt_block(&mut s);
-            r[16..].copy_from_slice(&s);
-            let want = poly1305::Poly1305::new(poly1305::Key::from_slice(&r)).compute_unpadded(&data);
-            let tag = m.tag(nonce, &data);
-            assert_eq!(tag[..], want[..], "nonce {nonce} len {len}");
-            assert!(m.verify(nonce, &data, &tag));
-            assert!(!m.verify(nonce.wrapping_add(1), &data, &tag));
-            assert!(!m.verify(nonce, &data, &tag[..15]));
-            let mut t = tag;
-            t[15] ^= 0x80;
-            assert!(!m.verify(nonce, &data, &t));
-            if len > 0 {
-                let mut d = data.clone();
-                d[len - 1] ^= 1;
-                assert!(!m.verify(nonce, &d, &tag));
-                // A trailing zero byte is another message.
-                d = data.clone();
-                d.push(0);
-                assert!(!m.verify(nonce, &d, &tag));
-            }
-        }
-        // Another session key, another MAC.
-        assert_ne!(PolyMac::new(&[8u8; 32]).tag(0, b"x"), m.tag(0, b"x"));
-    }
-
     /// A second sealer with the same key and nonce as `s`'s.
     fn pair_same(s: &Session) -> (Session, ()) {
         let clone = |p: &Protect| match p {
             Protect::Gcm(a) => Protect::Gcm(a.clone()),
-            Protect::Mac(m) => Protect::Mac(m.clone()),
+            Protect::Mac(k) => Protect::Mac(*k),
             Protect::Tls(a, iv) => Protect::Tls(a.clone(), *iv),
         };
         (
@@ -1018,7 +918,7 @@ mod tests {
         use aes_gcm::aead::AeadInPlace;
         use aes_gcm::KeyInit;
         let rc = aes_gcm::Aes256Gcm::new((&key).into());
-        for size in [48usize, 512, 1024, 4096, 65519] {
+        for size in [48usize, 512, 4096, 65519] {
             let mut msg = vec![5u8; size];
             let n = (20_000_000 / (size + 100)).max(500);
             let per = |t: std::time::Duration| t.as_nanos() as f64 / n as f64;
@@ -1028,12 +928,6 @@ mod tests {
                 x ^= mac(&key, i as u64, &msg)[0];
             }
             let blake = per(cpu() - t);
-            let pm = PolyMac::new(&key);
-            let t = cpu();
-            for i in 0..n {
-                x ^= pm.tag(i as u64, &msg)[0];
-            }
-            let poly = per(cpu() - t);
             let t = cpu();
             for i in 0..n {
                 let mut nb = [0u8; 12];
@@ -1071,9 +965,8 @@ mod tests {
             }
             let rc_gcm = per(cpu() - t);
             eprintln!(
-                "{size} B ({x}): blake3 mac {blake:.0} ns ({:.2}/B), poly1305-aes {poly:.0} ns ({:.2}/B), ring gmac {gmac:.0} ns ({:.2}/B), ring aes-gcm {ring_gcm:.0} ns ({:.2}/B), aes-gcm crate {rc_gcm:.0} ns ({:.2}/B)",
+                "{size} B ({x}): blake3 mac {blake:.0} ns ({:.2}/B), ring gmac {gmac:.0} ns ({:.2}/B), ring aes-gcm {ring_gcm:.0} ns ({:.2}/B), aes-gcm crate {rc_gcm:.0} ns ({:.2}/B)",
                 blake / size as f64,
-                poly / size as f64,
                 gmac / size as f64,
                 ring_gcm / size as f64,
                 rc_gcm / size as f64
