@@ -6,22 +6,29 @@ use graft::*;
 use graft_benches::{report, with_peer};
 use std::time::Instant;
 
-const TICKS: u64 = 1_000_000;
+/// Messages sent; `GRAFT_BENCH_TICKS` overrides it (fewer, under valgrind).
+fn ticks() -> u64 {
+    std::env::var("GRAFT_BENCH_TICKS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000_000)
+}
 
 fn main() {
     env_logger::init();
     with_peer(|node, peer| {
+        let n = ticks();
         node.run(move || {
             let me = self_pid();
             let rcv = spawn_on(peer, me, |report_to| {
-                for _ in 0..TICKS {
+                for _ in 0..ticks() {
                     let _tick: u64 = expect();
                 }
                 send(report_to, String::from("ticks_done"));
             })
             .expect("remote spawn");
             let t0 = Instant::now();
-            for i in 0..TICKS {
+            for i in 0..n {
                 send(rcv, i);
             }
             let t1 = Instant::now();
@@ -31,7 +38,7 @@ fn main() {
                 "dist_throughput",
                 "msgs_per_s",
                 "msg_per_s",
-                TICKS as f64 / (t2 - t0).as_secs_f64(),
+                n as f64 / (t2 - t0).as_secs_f64(),
             );
             report(
                 "dist_throughput",
