@@ -380,6 +380,7 @@ impl State {
             let i = self.rand(self.active.len());
             let old = self.active.swap_remove(i);
             out.send.push((old, Msg::Disconnect));
+            self.brief.insert(old);
             self.add_passive(old, cfg);
         }
         self.active.push(id);
@@ -787,6 +788,8 @@ impl Overlay {
                     st.active.contains(&from) || high || st.active.len() < st.target(cfg);
                 if accepted {
                     st.add_active(from, cfg, out);
+                } else {
+                    st.brief.insert(from);
                 }
                 out.send.push((from, Msg::NeighborReply { accepted }));
             }
@@ -795,11 +798,13 @@ impl Overlay {
                 if accepted {
                     st.add_active(from, cfg, out);
                 } else {
+                    st.brief.insert(from);
                     st.add_passive(from, cfg);
                 }
             }
             Msg::Disconnect => {
                 st.active.retain(|a| *a != from);
+                st.brief.insert(from);
                 st.add_passive(from, cfg);
             }
             Msg::Shuffle {
@@ -936,6 +941,7 @@ impl Overlay {
                 let i = st.rand(st.active.len());
                 let old = st.active.swap_remove(i);
                 out.send.push((old, Msg::Disconnect));
+                st.brief.insert(old);
                 st.add_passive(old, cfg);
             }
             let active = st.active.clone();
