@@ -209,6 +209,7 @@ impl Overlay {
                 suspects: AHashMap::new(),
                 connecting: AHashMap::new(),
                 usage: AHashMap::new(),
+                told: AHashMap::new(),
                 brief: Default::default(),
                 rng: me_id.0 | 1,
                 last_shuffle: now,
@@ -300,6 +301,7 @@ impl Overlay {
     pub(crate) fn conn_lost(&self, n: &Arc<NodeShared>, id: NodeId) {
         self.with(n, |st, cfg, out| {
             st.usage.remove(&id);
+            st.told.remove(&id);
             st.brief.remove(&id);
             st.asking.remove(&id);
             if st.active.contains(&id) {

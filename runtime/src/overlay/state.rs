@@ -110,6 +110,10 @@ pub(super) struct State {
     pub(super) connecting: AHashMap<NodeId, Vec<Msg>>,
     /// Frames counted on an on-demand connection, and since when.
     pub(super) usage: AHashMap<NodeId, (u64, Instant)>,
+    /// Nodes outside the active view last told `Disconnect` because their
+    /// overlay traffic kept an on-demand connection busy (a view that went
+    /// one-sided), and when.
+    pub(super) told: AHashMap<NodeId, Instant>,
     /// On-demand connections the overlay opened for itself (a probe, a
     /// walk's answer): closed after [`BRIEF_IDLE`] of silence.
     pub(super) brief: ahash::AHashSet<NodeId>,
@@ -465,8 +469,10 @@ pub(super) fn handle(
             }
         }
         Msg::Disconnect => {
-            st.active.retain(|a| *a != from);
-            st.brief.insert(from);
+            if st.active.contains(&from) {
+                st.active.retain(|a| *a != from);
+                st.brief.insert(from);
+            }
             st.add_passive(from, cfg);
         }
         Msg::Shuffle {
@@ -681,6 +687,14 @@ pub(super) fn tick(
         let e = st.usage.entry(*id).or_insert((*count, now));
         if e.0 != *count || *watched {
             *e = (*count, now);
+            // Busy, outside the active view: if the other side holds this
+            // node in its active view, its traffic never lets the
+            // connection idle. Tell it, now and then, that it is not.
+            let last = st.told.get(id).copied();
+            if last.is_none_or(|t| now.duration_since(t) >= cfg.idle_close) {
+                st.told.insert(*id, now);
+                out.send.push((*id, Msg::Disconnect));
+            }
         } else if now.duration_since(e.1) >= limit {
             out.disconnect.push(*id);
             *e = (*count, now);
