@@ -378,6 +378,21 @@ fn connect_seed(n: &Arc<NodeShared>, seed: &Seed) -> Result<(), Error> {
     let Some(t) = n.dist.transport() else {
         return Err(Error::NodeDown);
     };
+    if let Some(o) = n.dist.mon.overlay() {
+        // The partial overlay: a seed is a contact to join through, while
+        // this node has no neighbour.
+        if o.has_active() {
+            return Ok(());
+        }
+        let id = match seed {
+            Seed::Addr(a) if *a == t.local_addr() || *a == t.advertised_addr() => return Ok(()),
+            Seed::Addr(a) => crate::node::connect_transport(n, *a)?,
+            Seed::Name(name) if NodeId::from_name(name) == n.id => return Ok(()),
+            Seed::Name(name) => crate::netmon::connect_name_on(n, name)?,
+        };
+        o.join(n, id);
+        return Ok(());
+    }
     let peers = t.peers();
     match seed {
         Seed::Addr(a) => {

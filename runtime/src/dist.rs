@@ -253,6 +253,10 @@ pub(crate) enum Ctl {
         name: String,
         r: MonitorRef,
     },
+    /// A message of the partial-mesh overlay (see `overlay.rs`).
+    Overlay {
+        msg: crate::overlay::Msg,
+    },
 }
 
 /// The answer to a request a process made of another node.
@@ -394,6 +398,25 @@ impl Dist {
                 )
             })
             .collect()
+    }
+
+    /// Frames carried and bytes queued on the connection to `node` (the
+    /// overlay's idle check).
+    pub(crate) fn usage(&self, node: NodeId) -> (u64, usize) {
+        self.peers
+            .read()
+            .get(&node)
+            .map_or((0, 0), |p| (p.counters.frames(), p.sender.queued_bytes()))
+    }
+
+    /// Whether a monitor, link or request waits on `node`.
+    pub(crate) fn watched(&self, node: NodeId) -> bool {
+        self.watches().get(&node).is_some_and(|w| {
+            !(w.monitors.is_empty()
+                && w.links.is_empty()
+                && w.pending.is_empty()
+                && w.watched.is_empty())
+        })
     }
 
     /// The creation of the connected incarnation of `node`.
@@ -622,6 +645,7 @@ impl Dist {
     /// target's incarnation (the caller delivers the `ProcessDied` itself).
     pub(crate) fn monitor(&self, watcher: Pid, target: Pid, r: MonitorRef) -> bool {
         let node = target.node();
+        self.mon.connect_for_watch(node);
         let Some(conn) = self.connection(node, Some(target.creation())) else {
             return false;
         };
@@ -685,6 +709,7 @@ impl Dist {
     /// remote's incarnation (the caller delivers the exit signal itself).
     pub(crate) fn link(&self, local: Pid, remote: Pid) -> bool {
         let node = remote.node();
+        self.mon.connect_for_watch(node);
         let Some(conn) = self.connection(node, Some(remote.creation())) else {
             return false;
         };
@@ -1069,6 +1094,11 @@ fn on_ctl(n: &std::sync::Arc<NodeShared>, peer: &PeerInfo, from: NodeId, c: Ctl)
                         },
                     );
                 }
+            }
+        }
+        Ctl::Overlay { msg } => {
+            if let Some(o) = n.dist.mon.overlay() {
+                o.on_msg(n, from, &peer.name, peer.listen_addr, msg);
             }
         }
         Ctl::Peers { addrs } => {

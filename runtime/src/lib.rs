@@ -114,6 +114,7 @@ mod node;
 pub mod observe;
 pub mod observer;
 mod overflow;
+pub mod overlay;
 mod pid;
 mod process;
 pub mod report;
@@ -160,6 +161,7 @@ pub use netmon::{
     connect_name, monitor_name, monitor_node, monitor_nodes, testing, AutoConnect, NodeDown, NodeUp,
 };
 pub use node::{Node, NodeConfig};
+pub use overlay::Topology;
 pub use pid::{MonitorRef, NodeId, Pid};
 pub use process::receive::{expect, expect_timeout, mark, receive, Mark, Receive, Unknown};
 pub use process::state::Status;

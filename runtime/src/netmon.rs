@@ -131,6 +131,9 @@ pub(crate) struct NetMon {
     state: crate::loom::Mutex<MonState>,
     mode: OnceLock<AutoConnect>,
     node: OnceLock<Weak<NodeShared>>,
+    /// The partial-mesh overlay, for `Topology::Partial` (overlay.rs):
+    /// `NodeUp`/`NodeDown` then follow membership, not connections.
+    overlay: OnceLock<Arc<crate::overlay::Overlay>>,
 }
 
 impl NetMon {
@@ -138,6 +141,46 @@ impl NetMon {
     pub(crate) fn init(&self, node: Weak<NodeShared>, mode: AutoConnect) {
         let _ = self.node.set(node);
         let _ = self.mode.set(mode);
+    }
+
+    /// Sets the overlay (at node start, before the transport).
+    pub(crate) fn set_overlay(&self, o: Arc<crate::overlay::Overlay>) {
+        let _ = self.overlay.set(o);
+    }
+
+    /// The overlay, for `Topology::Partial`.
+    pub(crate) fn overlay(&self) -> Option<&Arc<crate::overlay::Overlay>> {
+        self.overlay.get()
+    }
+
+    /// A member of the overlay came up: known, and announced.
+    pub(crate) fn member_up(&self, n: &NodeShared, id: NodeId, name: &str, addr: SocketAddr) {
+        let mut s = self.state.lock();
+        s.known.insert(id, (name.to_string(), addr));
+        prune(n, &mut s.all);
+        for w in &s.all {
+            n.deliver(*w, Mail::message(NodeUp { node: id }));
+        }
+    }
+
+    /// A member of the overlay was declared down: announced.
+    pub(crate) fn member_down(&self, n: &NodeShared, id: NodeId) {
+        let mut s = self.state.lock();
+        s.lost.insert(id);
+        announce_down(n, &mut s, id, "noconnection");
+    }
+
+    /// With the overlay, monitors and links connect on demand (inside a
+    /// process; see overlay.rs).
+    pub(crate) fn connect_for_watch(&self, node: NodeId) {
+        if self.overlay().is_none() {
+            return;
+        }
+        if let Some(w) = context::worker() {
+            if context::process().is_some() {
+                self.ensure_connected(&w.node, node);
+            }
+        }
     }
 
     fn mode(&self) -> AutoConnect {
@@ -153,10 +196,11 @@ impl NetMon {
         peer: &PeerInfo,
         publish: impl FnOnce(),
     ) {
+        let partial = self.overlay().is_some();
         let mut s = self.state.lock();
         s.known.insert(id, (peer.name.clone(), peer.listen_addr));
         if let Some(old) = s.up.insert(id, peer.id) {
-            if old != peer.id {
+            if old != peer.id && !partial {
                 let reason = s
                     .down_reasons
                     .remove(&old)
@@ -169,6 +213,10 @@ impl NetMon {
             for (to, kind, frame) in p.frames {
                 let _ = n.dist.try_send_to_pid_node(to, kind, &frame);
             }
+        }
+        if let Some(o) = self.overlay() {
+            o.peer_up(id);
+            return;
         }
         prune(n, &mut s.all);
         for w in &s.all {
@@ -195,7 +243,15 @@ impl NetMon {
         if s.up.get(&id) == Some(&peer) {
             s.up.remove(&id);
             s.lost.insert(id);
-            announce_down(n, &mut s, id, &reason);
+            match self.overlay() {
+                None => announce_down(n, &mut s, id, &reason),
+                Some(o) => {
+                    drop(s);
+                    if let Some(me) = self.node.get().and_then(Weak::upgrade) {
+                        o.conn_lost(&me, id);
+                    }
+                }
+            }
         }
     }
 
@@ -394,8 +450,9 @@ pub fn monitor_node(node: NodeId, on: bool) {
     if let Some(w) = context::worker() {
         n.dist.mon.ensure_connected(&w.node, node);
     }
+    let member = n.dist.mon.overlay().map(|o| o.is_member(node));
     let mut s = n.dist.mon.state.lock();
-    if s.up.contains_key(&node) {
+    if member.unwrap_or_else(|| s.up.contains_key(&node)) {
         s.node_monitors.entry(node).or_default().push(me.pid);
     } else {
         drop(s);
@@ -453,6 +510,7 @@ pub fn monitor_name(name: &str, node: NodeId) -> MonitorRef {
         fail(ExitReason::NoProc);
         return r;
     }
+    n.dist.mon.connect_for_watch(node);
     let Some(conn) = n.dist.connection(node, None) else {
         fail(ExitReason::NoConnection);
         return r;

@@ -76,6 +76,7 @@ pub struct NodeConfig {
     pub(crate) tls: Option<graft_net::TlsConfig>,
     pub(crate) discovery: Option<crate::discovery::DiscoveryConfig>,
     pub(crate) max_message_size: usize,
+    pub(crate) overlay: Option<crate::overlay::OverlayConfig>,
 }
 
 impl NodeConfig {
@@ -104,6 +105,7 @@ impl NodeConfig {
             discovery: None,
             tls: None,
             max_message_size: graft_net::NetConfig::DEFAULT_MAX_MESSAGE_SIZE,
+            overlay: None,
         }
     }
     /// The node's name, `name@host` (its [`NodeId`] is a hash of it, and it
@@ -362,6 +364,35 @@ impl NodeConfig {
     /// ```
     pub fn max_message_size(mut self, bytes: usize) -> NodeConfig {
         self.max_message_size = bytes;
+        self
+    }
+    /// How the cluster's nodes connect (default
+    /// [`Topology::FullMesh`](crate::Topology::FullMesh)). With
+    /// [`Topology::Partial`](crate::Topology::Partial) each node holds
+    /// O(log N) connections, [`Node::nodes`] lists the cluster's members
+    /// and other nodes are reached over connections opened on demand; see
+    /// [`overlay`](crate::overlay). Use the same topology on every node.
+    ///
+    /// ```
+    /// let cfg = graft::NodeConfig::new("127.0.0.1:0").topology(graft::Topology::Partial);
+    /// # let _ = cfg;
+    /// ```
+    pub fn topology(mut self, t: crate::Topology) -> NodeConfig {
+        self.overlay = match t {
+            crate::Topology::FullMesh => None,
+            crate::Topology::Partial => Some(self.overlay.unwrap_or_default()),
+        };
+        self
+    }
+    /// [`Topology::Partial`](crate::Topology::Partial) with this tuning.
+    ///
+    /// ```
+    /// let o = graft::overlay::OverlayConfig::default().active_size(3);
+    /// let cfg = graft::NodeConfig::new("127.0.0.1:0").overlay(o);
+    /// # let _ = cfg;
+    /// ```
+    pub fn overlay(mut self, o: crate::overlay::OverlayConfig) -> NodeConfig {
+        self.overlay = Some(o);
         self
     }
 }
@@ -880,6 +911,10 @@ impl Node {
             .dist
             .mon
             .init(Arc::downgrade(&shared), config.auto_connect);
+        if let Some(o) = config.overlay.clone() {
+            let o = crate::overlay::Overlay::new(o, &name);
+            shared.dist.mon.set_overlay(Arc::new(o));
+        }
         let cookie = graft_net::resolve_cookie(config.cookie.as_deref())?;
         let mut net = graft_net::NetConfig::new(name.clone(), addr)
             .creation(creation)
@@ -911,6 +946,15 @@ impl Node {
             .dist
             .set_transport(graft_net::Transport::start(net, handler)?);
         let mut threads = Vec::new();
+        if let (Some(o), Some(t)) = (shared.dist.mon.overlay(), shared.dist.transport()) {
+            o.set_addr(t.advertised_addr());
+            let s = Arc::downgrade(&shared);
+            threads.push(
+                std::thread::Builder::new()
+                    .name("graft-overlay".into())
+                    .spawn(move || crate::overlay::run(s))?,
+            );
+        }
         for (index, local) in workers.into_iter().enumerate() {
             let node = shared.clone();
             threads.push(
@@ -1008,12 +1052,34 @@ impl Node {
     /// `Error::Remote` with the transport's reason (refused, wrong cookie,
     /// timeout).
     pub fn connect(&self, addr: SocketAddr) -> Result<NodeId, Error> {
-        connect_transport(&self.shared, addr)
+        let id = connect_transport(&self.shared, addr)?;
+        if let Some(o) = self.shared.dist.mon.overlay() {
+            o.join(&self.shared, id);
+        }
+        Ok(id)
     }
 
-    /// The nodes connected now.
+    /// The nodes connected now; with
+    /// [`Topology::Partial`](crate::Topology::Partial), the cluster's
+    /// members that are up (connected or not).
     pub fn nodes(&self) -> Vec<NodeId> {
-        self.shared.dist.nodes()
+        match self.shared.dist.mon.overlay() {
+            Some(o) => o.members(),
+            None => self.shared.dist.nodes(),
+        }
+    }
+
+    /// The overlay's views and the connections held, with
+    /// [`Topology::Partial`](crate::Topology::Partial) (`None` for the full
+    /// mesh).
+    ///
+    /// ```
+    /// let n = graft::Node::start(graft::NodeConfig::new("127.0.0.1:0")).unwrap();
+    /// assert!(n.overlay_view().is_none());
+    /// ```
+    pub fn overlay_view(&self) -> Option<crate::overlay::OverlayView> {
+        let o = self.shared.dist.mon.overlay()?;
+        Some(o.view(&self.shared))
     }
 
     /// Closes the connection to `node`, as `erlang:disconnect_node/1` does;
@@ -1263,7 +1329,11 @@ fn should_join(node: &NodeShared, addr: SocketAddr) -> bool {
         .nodes()
         .into_iter()
         .any(|n| node.dist.peer_info(n).is_some_and(|(_, a)| a == addr));
-    !known && !node.stopping.load(Ordering::Relaxed) && node.joining.lock().insert(addr)
+    // The partial overlay never connects to every node it hears of.
+    node.dist.mon.overlay().is_none()
+        && !known
+        && !node.stopping.load(Ordering::Relaxed)
+        && node.joining.lock().insert(addr)
 }
 
 /// The node loop: drains the command queue.

@@ -40,6 +40,10 @@ impl PeerCounters {
         self.frames_out.fetch_add(1, Relaxed);
         self.bytes_out.fetch_add(bytes as u64, Relaxed);
     }
+    /// Frames both ways (the overlay's idle check).
+    pub(crate) fn frames(&self) -> u64 {
+        self.frames_in.load(Relaxed) + self.frames_out.load(Relaxed)
+    }
     #[inline]
     pub(crate) fn received(&self, bytes: usize) {
         self.frames_in.fetch_add(1, Relaxed);

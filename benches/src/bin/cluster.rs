@@ -13,6 +13,11 @@
 //!   are closed by the kernel), until every other node has dropped its
 //!   nodes.
 //!
+//! `GRAFT_CLUSTER_TOPOLOGY=partial` runs the nodes on the partial overlay
+//! (`Topology::Partial`; the metric names then end in `_partial`); the
+//! default is the full mesh. With the overlay, "sees" means membership
+//! (`Node::nodes`) and the connections are what each node holds.
+//!
 //! The parent re-executes itself as `cluster --host K --nodes M --seed ADDR
 //! --n N`: each host starts M nodes, prints `ready <unix ms>` once all its
 //! nodes see N-1 peers, then answers `stats` and `watch` on stdin.
@@ -73,6 +78,19 @@ impl Host {
     }
 }
 
+fn partial() -> bool {
+    std::env::var("GRAFT_CLUSTER_TOPOLOGY").is_ok_and(|v| v == "partial")
+}
+
+/// The metric's name: `what_nN`, `_partial` added on the overlay.
+fn metric(what: &str, n: usize) -> String {
+    if partial() {
+        format!("{what}_n{n}_partial")
+    } else {
+        format!("{what}_n{n}")
+    }
+}
+
 fn run(n: usize) {
     let seed = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -110,7 +128,7 @@ fn run(n: usize) {
         .iter()
         .map(|h| h.expect("ready").parse::<f64>().expect("a time"))
         .fold(0.0, f64::max);
-    report("cluster", &format!("formation_ms_n{n}"), "ms", ready - t0);
+    report("cluster", &metric("formation_ms", n), "ms", ready - t0);
     // Idle for 2 s, then each host tells what it holds.
     std::thread::sleep(Duration::from_secs(2));
     let (mut conns, mut threads, mut rss, mut cpu) = (0.0, 0.0, 0.0, 0.0);
@@ -129,25 +147,25 @@ fn run(n: usize) {
     let nf = n as f64;
     report(
         "cluster",
-        &format!("connections_per_node_n{n}"),
+        &metric("connections_per_node", n),
         "count",
         conns / nf,
     );
     report(
         "cluster",
-        &format!("threads_per_node_n{n}"),
+        &metric("threads_per_node", n),
         "count",
         threads / nf,
     );
     report(
         "cluster",
-        &format!("rss_mb_per_node_n{n}"),
+        &metric("rss_mb_per_node", n),
         "MB",
         rss / nf / 1e6,
     );
     report(
         "cluster",
-        &format!("heartbeat_cpu_percent_n{n}"),
+        &metric("heartbeat_cpu_percent", n),
         "%",
         cpu / nf,
     );
@@ -164,12 +182,7 @@ fn run(n: usize) {
         .iter()
         .map(|h| h.expect("detected").parse::<f64>().expect("a time"))
         .fold(0.0, f64::max);
-    report(
-        "cluster",
-        &format!("detect_ms_n{n}"),
-        "ms",
-        detected - killed,
-    );
+    report("cluster", &metric("detect_ms", n), "ms", detected - killed);
     for mut h in hosts {
         h.say("exit");
         let _ = h.child.wait();
@@ -206,12 +219,23 @@ fn host(args: &[String]) {
     let n: usize = flag(args, "--n").parse().expect("--n N");
     let seed = flag(args, "--seed").to_string();
     let cfg = |listen: &str| {
-        NodeConfig::new(listen)
+        let c = NodeConfig::new(listen)
             .cookie("cluster-bench")
             .workers(1)
             .default_logger(false)
             .discovery(StaticSeeds::parse([seed.as_str()]).expect("the seed"))
-            .discovery_interval(Duration::from_millis(100))
+            .discovery_interval(Duration::from_millis(100));
+        if partial() {
+            c.topology(graft::Topology::Partial)
+                .max_pending_per_address(1024)
+                .max_pending_handshakes(1024)
+        } else {
+            c
+        }
+    };
+    let conns_of = |x: &Node| {
+        x.overlay_view()
+            .map_or_else(|| x.nodes().len(), |v| v.connections)
     };
     let nodes: Vec<Node> = (0..m)
         .map(|i| {
@@ -225,7 +249,10 @@ fn host(args: &[String]) {
         .collect();
     let start = Instant::now();
     while !nodes.iter().all(|x| x.nodes().len() >= n - 1) {
-        assert!(start.elapsed() < Duration::from_secs(110), "no full mesh");
+        assert!(
+            start.elapsed() < Duration::from_secs(110),
+            "no full cluster"
+        );
         std::thread::sleep(Duration::from_millis(5));
     }
     let mut out = std::io::stdout();
@@ -236,7 +263,7 @@ fn host(args: &[String]) {
     for line in std::io::stdin().lock().lines().map_while(Result::ok) {
         match line.trim() {
             "stats" => {
-                let conns: usize = nodes.iter().map(|x| x.nodes().len()).sum();
+                let conns: usize = nodes.iter().map(conns_of).sum();
                 let cpu = (cpu_seconds() - cpu_start) / t0.elapsed().as_secs_f64() * 100.0;
                 let _ = writeln!(out, "stats {conns} {} {} {cpu}", threads(), rss_bytes());
                 (cpu_start, t0) = (cpu_seconds(), Instant::now());

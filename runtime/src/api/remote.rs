@@ -45,9 +45,13 @@ pub fn disconnect(node: NodeId) -> bool {
     context::worker().is_some_and(|w| w.node.dist.disconnect(node))
 }
 
-/// The nodes this node is connected to now.
+/// The nodes this node is connected to now (with `Topology::Partial`, the
+/// cluster's members that are up).
 pub fn nodes() -> Vec<NodeId> {
-    context::worker().map_or_else(Vec::new, |w| w.node.dist.nodes())
+    context::worker().map_or_else(Vec::new, |w| match w.node.dist.mon.overlay() {
+        Some(o) => o.members(),
+        None => w.node.dist.nodes(),
+    })
 }
 
 /// The name of a connected node (or of this one).

@@ -1,0 +1,497 @@
+//! The partial-mesh overlay ([`Topology::Partial`]): HyParView membership
+//! with SWIM-style failure detection.
+//!
+//! # Views
+//!
+//! Each node keeps an *active view* of about `log2(N) + 1` nodes it holds a
+//! connection to (HyParView, Leitão et al., DSN'07), and a larger *passive
+//! view* of nodes it knows and may promote when an active neighbour goes.
+//! A node joins through any member (a seed of [`discovery`](crate::discovery)
+//! or [`Node::connect`](crate::Node::connect)): it sends `Join`, the contact
+//! takes it into its active view and starts a `ForwardJoin` random walk on
+//! each of its other neighbours (active random walk length 6, passive 3);
+//! where a walk ends the node there asks the joiner to be its neighbour. A
+//! node below its target asks a passive node (`Neighbor`, with priority
+//! when its active view is empty: such a request is never refused). Every
+//! few seconds a `Shuffle` walk exchanges a sample of both views, refreshing
+//! the passive view.
+//!
+//! # Membership
+//!
+//! Every node knows every member's name, address and *incarnation* (SWIM):
+//! a joiner gets the contact's whole list, news (a member up, a member
+//! down) is flooded over the active view (a node forwards only what changed
+//! its own list, so a flood ends), and each node pushes its whole list to
+//! one active neighbour now and then (anti-entropy). A newer incarnation
+//! wins; at equal incarnations "down" wins. A node told that it is down
+//! answers with a newer incarnation, so a false suspicion (a partition that
+//! healed) is undone. [`nodes`](crate::nodes) lists the members that are up.
+//!
+//! # Failure detection
+//!
+//! The connection to an active neighbour is watched by the transport (a
+//! closed socket at once, a silent one after three heartbeat ticks). When
+//! one is lost, the node asks `probes` (default 3) other neighbours to reach
+//! the suspect (SWIM's indirect probe); if none can within `probe_timeout`
+//! (default 1 s; at once when all have answered no), the suspect is declared
+//! down and the notice is flooded. Each node also checks one random member
+//! outside its active view every `probe_every` (default 1 s) by reaching it
+//! directly, which is how a member that no neighbour watches (the far side
+//! of a partition) is found out. A member declared down is disconnected
+//! wherever a connection to it is left, so every monitor and link on its
+//! processes fires with `NoConnection` on every node.
+//!
+//! Bound, for a node that halts: a neighbour sees the loss at once (socket
+//! closed) or after `3 × heartbeat`, then at most `probe_timeout`, then the
+//! flood (one hop per active link, about a millisecond each on a LAN):
+//! `3 × heartbeat + probe_timeout + diameter × hop`, 4 s and a little with
+//! the defaults (1 s tick, 1 s probe timeout).
+//!
+//! # Messages to nodes outside the active view
+//!
+//! They go over a connection opened on demand (the auto-connect that
+//! [`AutoConnect`](crate::AutoConnect) already does, for monitors and links
+//! too in this topology), closed again when it has carried nothing for
+//! `idle_close` (default 5 s) and nothing waits on it (no monitor, link or
+//! pending request across it). Not routed through the overlay: one
+//! connection per pair keeps Erlang's per-pair order with the existing send
+//! path, where a routed message would need per-hop forwarding, its own
+//! order and loss rules and a slower path for every remote message.
+
+mod state;
+
+use crate::dist::Ctl;
+use crate::node::NodeShared;
+use crate::pid::NodeId;
+use ahash::AHashMap;
+pub(crate) use state::Msg;
+use state::{now_inc, Member, Out, State};
+use std::net::SocketAddr;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+/// How the nodes of a cluster connect.
+///
+/// ```
+/// let cfg = graft::NodeConfig::new("127.0.0.1:0").topology(graft::Topology::Partial);
+/// # let _ = cfg;
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Topology {
+    /// Every node connects to every other (Erlang's default; the default).
+    #[default]
+    FullMesh,
+    /// Each node holds O(log N) connections (see [`overlay`](crate::overlay)).
+    Partial,
+}
+
+/// Tuning of [`Topology::Partial`].
+///
+/// ```
+/// use std::time::Duration;
+/// let o = graft::overlay::OverlayConfig::default()
+///     .active_size(4)
+///     .probe_timeout(Duration::from_millis(500));
+/// let cfg = graft::NodeConfig::new("127.0.0.1:0").overlay(o);
+/// # let _ = cfg;
+/// ```
+#[derive(Clone, Debug)]
+pub struct OverlayConfig {
+    active: Option<usize>,
+    passive: usize,
+    probes: usize,
+    probe_timeout: Duration,
+    probe_every: Duration,
+    idle_close: Duration,
+    shuffle_every: Duration,
+    sync_every: Duration,
+    tick: Duration,
+}
+
+impl Default for OverlayConfig {
+    fn default() -> OverlayConfig {
+        OverlayConfig {
+            active: None,
+            passive: 30,
+            probes: 3,
+            probe_timeout: Duration::from_secs(1),
+            probe_every: Duration::from_secs(1),
+            idle_close: Duration::from_secs(5),
+            shuffle_every: Duration::from_secs(2),
+            sync_every: Duration::from_secs(3),
+            tick: Duration::from_millis(50),
+        }
+    }
+}
+
+impl OverlayConfig {
+    /// The active view's size (default `floor(log2(N)) + 1` for the N
+    /// members known, at least 2).
+    pub fn active_size(mut self, n: usize) -> OverlayConfig {
+        self.active = Some(n.max(1));
+        self
+    }
+    /// The passive view's size (default 30).
+    pub fn passive_size(mut self, n: usize) -> OverlayConfig {
+        self.passive = n;
+        self
+    }
+    /// Neighbours asked to reach a suspect before it is declared down
+    /// (default 3).
+    pub fn probes(mut self, k: usize) -> OverlayConfig {
+        self.probes = k;
+        self
+    }
+    /// How long the indirect probe of a suspect may take (default 1 s).
+    pub fn probe_timeout(mut self, d: Duration) -> OverlayConfig {
+        self.probe_timeout = d;
+        self
+    }
+    /// How often one random member outside the active view is checked
+    /// directly (default 1 s).
+    pub fn probe_every(mut self, d: Duration) -> OverlayConfig {
+        self.probe_every = d.max(Duration::from_millis(10));
+        self
+    }
+    /// How long an on-demand connection may carry nothing before it is
+    /// closed (default 5 s).
+    pub fn idle_close(mut self, d: Duration) -> OverlayConfig {
+        self.idle_close = d;
+        self
+    }
+}
+
+/// The overlay state of one node (in `NetMon`).
+#[derive(Debug)]
+pub(crate) struct Overlay {
+    cfg: OverlayConfig,
+    st: parking_lot::Mutex<State>,
+}
+
+/// A node's view of the overlay ([`Node::overlay_view`](crate::Node::overlay_view)).
+///
+/// ```
+/// use graft::*;
+/// let n = Node::start(NodeConfig::new("127.0.0.1:0").topology(Topology::Partial)).unwrap();
+/// let v = n.overlay_view().unwrap();
+/// assert!(v.active.is_empty() && v.members.is_empty() && v.connections == 0);
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OverlayView {
+    /// The active view.
+    pub active: Vec<NodeId>,
+    /// The passive view.
+    pub passive: Vec<NodeId>,
+    /// The members that are up (this node not included).
+    pub members: Vec<NodeId>,
+    /// Connections held now (active and on-demand).
+    pub connections: usize,
+}
+
+impl Overlay {
+    pub(crate) fn new(cfg: OverlayConfig, name: &str) -> Overlay {
+        let now = Instant::now();
+        let me_id = NodeId::from_name(name);
+        Overlay {
+            cfg,
+            st: parking_lot::Mutex::new(State {
+                me: Member {
+                    name: name.to_string(),
+                    addr: String::new(),
+                    inc: now_inc(),
+                    up: true,
+                },
+                me_id,
+                members: AHashMap::new(),
+                active: Vec::new(),
+                passive: Vec::new(),
+                asking: AHashMap::new(),
+                suspects: AHashMap::new(),
+                connecting: AHashMap::new(),
+                usage: AHashMap::new(),
+                told: AHashMap::new(),
+                brief: Default::default(),
+                rng: me_id.0 | 1,
+                last_shuffle: now,
+                last_sync: now,
+                last_probe: now,
+            }),
+        }
+    }
+
+    /// The address this node is reached at (set once listening).
+    pub(crate) fn set_addr(&self, addr: SocketAddr) {
+        self.st.lock().me.addr = addr.to_string();
+    }
+
+    /// A connection the overlay opened for itself (see [`BRIEF_IDLE`]),
+    /// unless it has become an active one meanwhile.
+    fn note_brief(&self, id: NodeId) {
+        let mut st = self.st.lock();
+        if !st.active.contains(&id) && !st.asking.contains_key(&id) {
+            st.brief.insert(id);
+        }
+    }
+
+    /// The members that are up, sorted.
+    pub(crate) fn members(&self) -> Vec<NodeId> {
+        let st = self.st.lock();
+        let mut v: Vec<NodeId> = st
+            .members
+            .iter()
+            .filter(|(_, k)| k.up)
+            .map(|(id, _)| *id)
+            .collect();
+        v.sort();
+        v
+    }
+
+    pub(crate) fn is_member(&self, id: NodeId) -> bool {
+        self.st.lock().is_up(id)
+    }
+
+    pub(crate) fn has_active(&self) -> bool {
+        !self.st.lock().active.is_empty()
+    }
+
+    pub(crate) fn view(&self, n: &NodeShared) -> OverlayView {
+        let st = self.st.lock();
+        let mut members: Vec<NodeId> = st
+            .members
+            .iter()
+            .filter(|(_, k)| k.up)
+            .map(|(id, _)| *id)
+            .collect();
+        members.sort();
+        OverlayView {
+            active: st.active.clone(),
+            passive: st.passive.clone(),
+            members,
+            connections: n.dist.nodes().len(),
+        }
+    }
+
+    fn with(&self, n: &Arc<NodeShared>, f: impl FnOnce(&mut State, &OverlayConfig, &mut Out)) {
+        let mut out = Out::default();
+        {
+            let mut st = self.st.lock();
+            f(&mut st, &self.cfg, &mut out);
+        }
+        self.apply(n, out);
+    }
+
+    /// Joins the cluster through `contact` (connected), unless this node
+    /// already has neighbours.
+    pub(crate) fn join(&self, n: &Arc<NodeShared>, contact: NodeId) {
+        self.with(n, |st, cfg, out| {
+            if !st.active.is_empty() || contact == st.me_id {
+                return;
+            }
+            st.add_active(contact, cfg, out);
+            out.send.push((contact, Msg::Join { me: st.me.clone() }));
+        });
+    }
+
+    /// A connection came up.
+    pub(crate) fn peer_up(&self, id: NodeId) {
+        self.st.lock().usage.insert(id, (0, Instant::now()));
+    }
+
+    /// A connection went (run by the node loop).
+    pub(crate) fn conn_lost(&self, n: &Arc<NodeShared>, id: NodeId) {
+        self.with(n, |st, cfg, out| {
+            st.usage.remove(&id);
+            st.told.remove(&id);
+            st.brief.remove(&id);
+            st.asking.remove(&id);
+            if st.active.contains(&id) {
+                st.active.retain(|a| *a != id);
+                st.suspect(id, cfg, out);
+            }
+        });
+    }
+
+    /// An overlay message from `from` (name and listen address of the
+    /// connection).
+    pub(crate) fn on_msg(
+        &self,
+        n: &Arc<NodeShared>,
+        from: NodeId,
+        from_name: &str,
+        from_addr: SocketAddr,
+        msg: Msg,
+    ) {
+        let connected = |id: NodeId| n.dist.connection(id, None).is_some();
+        self.with(n, |st, cfg, out| {
+            if from == st.me_id {
+                return;
+            }
+            match st.members.get(&from) {
+                None => {
+                    let m = Member {
+                        name: from_name.to_string(),
+                        addr: from_addr.to_string(),
+                        inc: 0,
+                        up: true,
+                    };
+                    if st.merge(&m, &connected, out) {
+                        st.flood(vec![m], Some(from), out);
+                    }
+                }
+                Some(k) if !k.up => {
+                    // Down to us: tell it, so it refutes; talk once it has.
+                    out.send.push((
+                        from,
+                        Msg::Gossip {
+                            members: vec![k.wire()],
+                        },
+                    ));
+                    if let Msg::Neighbor { .. } = msg {
+                        out.send
+                            .push((from, Msg::NeighborReply { accepted: false }));
+                    }
+                    if !matches!(msg, Msg::Gossip { .. } | Msg::Sync { .. }) {
+                        return;
+                    }
+                }
+                Some(_) => {}
+            }
+            state::handle(st, cfg, out, from, msg, &connected);
+        });
+    }
+
+    fn tick(&self, n: &Arc<NodeShared>) {
+        let usage: Vec<(NodeId, u64, bool)> = n
+            .dist
+            .nodes()
+            .into_iter()
+            .map(|id| {
+                let (frames, queued) = n.dist.usage(id);
+                (id, frames + queued as u64, n.dist.watched(id))
+            })
+            .collect();
+        self.with(n, |st, cfg, out| state::tick(st, cfg, out, &usage));
+    }
+
+    /// Sends, disconnects, announces and probes what `out` gathered.
+    fn apply(&self, n: &Arc<NodeShared>, out: Out) {
+        for (id, name, addr) in out.up {
+            n.dist.mon.member_up(n, id, &name, addr);
+        }
+        for id in out.down {
+            n.dist.mon.member_down(n, id);
+        }
+        for id in out.disconnect {
+            n.dist.disconnect(id);
+        }
+        for (to, msg) in out.send {
+            self.send(n, to, msg);
+        }
+        for (asker, suspect) in out.probe {
+            self.probe(n, asker, suspect);
+        }
+    }
+
+    /// Sends `msg` to `to`, over a connection opened on demand if needed.
+    fn send(&self, n: &Arc<NodeShared>, to: NodeId, msg: Msg) {
+        let ctl = Ctl::Overlay { msg };
+        if n.dist.send_ctl(to, &ctl).is_ok() {
+            return;
+        }
+        let Ctl::Overlay { msg } = ctl else {
+            return;
+        };
+        let addr = {
+            let mut st = self.st.lock();
+            let Some(addr) = st.members.get(&to).map(|k| k.addr) else {
+                return;
+            };
+            if let Some(q) = st.connecting.get_mut(&to) {
+                q.push(msg);
+                return;
+            }
+            st.connecting.insert(to, vec![msg]);
+            addr
+        };
+        let weak = Arc::downgrade(n);
+        n.blocking.submit(Box::new(move || {
+            let Some(n) = weak.upgrade() else { return };
+            let Some(o) = n.dist.mon.overlay() else {
+                return;
+            };
+            if !crate::netmon::partitioned(n.id, to)
+                && !n.stopping.load(crate::loom::Ordering::Relaxed)
+                && crate::node::connect_transport(&n, addr).is_ok()
+            {
+                o.note_brief(to);
+            }
+            let q = o.st.lock().connecting.remove(&to).unwrap_or_default();
+            for msg in q {
+                let _ = n.dist.send_ctl(to, &Ctl::Overlay { msg });
+            }
+        }));
+    }
+
+    /// Tries to reach `suspect`; answers `asker` (or this node).
+    fn probe(&self, n: &Arc<NodeShared>, asker: Option<NodeId>, suspect: Member) {
+        let sid = NodeId::from_name(&suspect.name);
+        let Ok(addr) = suspect.addr.parse::<SocketAddr>() else {
+            return;
+        };
+        let weak: Weak<NodeShared> = Arc::downgrade(n);
+        n.blocking.submit(Box::new(move || {
+            let Some(n) = weak.upgrade() else { return };
+            let alive = reach(&n, sid, addr);
+            let Some(o) = n.dist.mon.overlay() else {
+                return;
+            };
+            match asker {
+                None => o.with(&n, |st, cfg, out| st.probe_answer(sid, alive, cfg, out)),
+                Some(a) => o.send(
+                    &n,
+                    a,
+                    Msg::ProbeAck {
+                        suspect: suspect.name,
+                        alive,
+                    },
+                ),
+            }
+        }));
+    }
+}
+
+/// Whether node `id` at `addr` can be reached now (connected, or a new
+/// connection to it comes up).
+fn reach(n: &Arc<NodeShared>, id: NodeId, addr: SocketAddr) -> bool {
+    if n.dist.connection(id, None).is_some() {
+        return true;
+    }
+    if crate::netmon::partitioned(n.id, id) || n.stopping.load(crate::loom::Ordering::Relaxed) {
+        return false;
+    }
+    // A refused duplicate (both nodes connecting at once) fails here while
+    // the other connection wins: what counts is a connection after it.
+    let _ = crate::node::connect_transport(n, addr);
+    let up = n.dist.connection(id, None).is_some();
+    if let (true, Some(o)) = (up, n.dist.mon.overlay()) {
+        o.note_brief(id);
+    }
+    up
+}
+
+/// The overlay thread: ticks until the node stops.
+pub(crate) fn run(node: Weak<NodeShared>) {
+    loop {
+        let Some(n) = node.upgrade() else { return };
+        if n.stopping.load(crate::loom::Ordering::Relaxed) {
+            return;
+        }
+        let Some(o) = n.dist.mon.overlay() else {
+            return;
+        };
+        let tick = o.cfg.tick;
+        o.tick(&n);
+        drop(n);
+        std::thread::sleep(tick);
+    }
+}

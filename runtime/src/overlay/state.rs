@@ -1,0 +1,704 @@
+//! The overlay's state and the protocol's rules on it (see `overlay.rs`):
+//! views, membership and its merge rule, suspects; every handler gathers its
+//! effects in an [`Out`] that the caller does after the lock.
+
+use super::OverlayConfig;
+use crate::pid::NodeId;
+use ahash::AHashMap;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+/// A member as it travels.
+#[derive(Clone, Debug, PartialEq, Eq, graft_derive::Mobile)]
+pub(crate) struct Member {
+    pub(super) name: String,
+    pub(super) addr: String,
+    pub(super) inc: u64,
+    pub(super) up: bool,
+}
+
+/// Overlay messages (carried in `Ctl::Overlay`).
+#[derive(Debug, graft_derive::Mobile)]
+pub(crate) enum Msg {
+    Join {
+        me: Member,
+    },
+    ForwardJoin {
+        joiner: Member,
+        ttl: u32,
+    },
+    Neighbor {
+        me: Member,
+        high: bool,
+    },
+    NeighborReply {
+        accepted: bool,
+    },
+    Disconnect,
+    Shuffle {
+        origin: Member,
+        sample: Vec<Member>,
+        ttl: u32,
+    },
+    ShuffleReply {
+        sample: Vec<Member>,
+    },
+    Gossip {
+        members: Vec<Member>,
+    },
+    Sync {
+        members: Vec<Member>,
+        reply: bool,
+    },
+    ProbeReq {
+        suspect: Member,
+    },
+    ProbeAck {
+        suspect: String,
+        alive: bool,
+    },
+}
+
+/// Active random walk length (HyParView's ARWL).
+pub(super) const ARWL: u32 = 6;
+/// Passive random walk length (PRWL).
+pub(super) const PRWL: u32 = 3;
+/// A `Neighbor` request unanswered this long is given up.
+pub(super) const ASK_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a connection the overlay opened for itself may stay silent.
+pub(super) const BRIEF_IDLE: Duration = Duration::from_millis(500);
+
+/// What a node knows of a member.
+#[derive(Clone, Debug)]
+pub(super) struct Known {
+    pub(super) name: String,
+    pub(super) addr: SocketAddr,
+    pub(super) inc: u64,
+    pub(super) up: bool,
+}
+
+impl Known {
+    pub(super) fn wire(&self) -> Member {
+        Member {
+            name: self.name.clone(),
+            addr: self.addr.to_string(),
+            inc: self.inc,
+            up: self.up,
+        }
+    }
+}
+
+#[derive(Debug)]
+pub(super) struct Suspect {
+    pub(super) deadline: Instant,
+    pub(super) waiting: usize,
+    /// Only this node's own direct check so far: a failure leads to the
+    /// indirect probe, not to a verdict.
+    pub(super) direct: bool,
+}
+
+#[derive(Debug)]
+pub(super) struct State {
+    pub(super) me: Member,
+    pub(super) me_id: NodeId,
+    pub(super) members: AHashMap<NodeId, Known>,
+    pub(super) active: Vec<NodeId>,
+    pub(super) passive: Vec<NodeId>,
+    pub(super) asking: AHashMap<NodeId, Instant>,
+    pub(super) suspects: AHashMap<NodeId, Suspect>,
+    /// Messages waiting for an on-demand connect.
+    pub(super) connecting: AHashMap<NodeId, Vec<Msg>>,
+    /// Frames counted on an on-demand connection, and since when.
+    pub(super) usage: AHashMap<NodeId, (u64, Instant)>,
+    /// Nodes outside the active view last told `Disconnect` because their
+    /// overlay traffic kept an on-demand connection busy (a view that went
+    /// one-sided), and when.
+    pub(super) told: AHashMap<NodeId, Instant>,
+    /// On-demand connections the overlay opened for itself (a probe, a
+    /// walk's answer): closed after [`BRIEF_IDLE`] of silence.
+    pub(super) brief: ahash::AHashSet<NodeId>,
+    pub(super) rng: u64,
+    pub(super) last_shuffle: Instant,
+    pub(super) last_sync: Instant,
+    pub(super) last_probe: Instant,
+}
+
+/// Side effects gathered under the lock, done after it.
+#[derive(Default)]
+pub(super) struct Out {
+    pub(super) send: Vec<(NodeId, Msg)>,
+    pub(super) disconnect: Vec<NodeId>,
+    pub(super) up: Vec<(NodeId, String, SocketAddr)>,
+    pub(super) down: Vec<NodeId>,
+    /// (asker, suspect): reach the suspect, answer the asker.
+    pub(super) probe: Vec<(Option<NodeId>, Member)>,
+}
+pub(super) fn now_inc() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.as_millis() as u64)
+}
+
+impl State {
+    pub(super) fn rand(&mut self, n: usize) -> usize {
+        // xorshift64*
+        let mut x = self.rng;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.rng = x;
+        (x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 33) as usize % n.max(1)
+    }
+
+    pub(super) fn pick(&mut self, from: &[NodeId], not: &[NodeId]) -> Option<NodeId> {
+        let c: Vec<NodeId> = from.iter().copied().filter(|x| !not.contains(x)).collect();
+        if c.is_empty() {
+            return None;
+        }
+        let i = self.rand(c.len());
+        Some(c[i])
+    }
+
+    pub(super) fn up_count(&self) -> usize {
+        self.members.values().filter(|k| k.up).count()
+    }
+
+    pub(super) fn target(&self, cfg: &OverlayConfig) -> usize {
+        cfg.active.unwrap_or_else(|| {
+            let n = self.up_count() + 1;
+            ((usize::BITS - 1 - n.leading_zeros()) as usize + 1).max(2)
+        })
+    }
+
+    pub(super) fn is_up(&self, id: NodeId) -> bool {
+        self.members.get(&id).is_some_and(|k| k.up)
+    }
+
+    pub(super) fn all(&self) -> Vec<Member> {
+        let mut v: Vec<Member> = self.members.values().map(Known::wire).collect();
+        v.push(self.me.clone());
+        v
+    }
+
+    pub(super) fn add_passive(&mut self, id: NodeId, cfg: &OverlayConfig) {
+        if id == self.me_id || self.active.contains(&id) || self.passive.contains(&id) {
+            return;
+        }
+        if !self.is_up(id) {
+            return;
+        }
+        if self.passive.len() >= cfg.passive.max(1) {
+            let i = self.rand(self.passive.len());
+            self.passive.swap_remove(i);
+        }
+        self.passive.push(id);
+    }
+
+    /// Takes `id` into the active view, dropping a random neighbour (told
+    /// with `Disconnect`) if it is over the target.
+    pub(super) fn add_active(&mut self, id: NodeId, cfg: &OverlayConfig, out: &mut Out) {
+        if id == self.me_id || self.active.contains(&id) {
+            return;
+        }
+        self.passive.retain(|p| *p != id);
+        self.asking.remove(&id);
+        self.brief.remove(&id);
+        if self.active.len() >= self.target(cfg) {
+            let i = self.rand(self.active.len());
+            let old = self.active.swap_remove(i);
+            out.send.push((old, Msg::Disconnect));
+            self.brief.insert(old);
+            self.add_passive(old, cfg);
+        }
+        self.active.push(id);
+    }
+
+    pub(super) fn drop_member(&mut self, id: NodeId) {
+        self.active.retain(|a| *a != id);
+        self.passive.retain(|a| *a != id);
+        self.asking.remove(&id);
+        self.suspects.remove(&id);
+    }
+
+    /// Merges one record; `true` if it changed this node's list (and so is
+    /// news to flood). `connected` says whether `id` is held up by a live
+    /// connection of the active view.
+    pub(super) fn merge(
+        &mut self,
+        m: &Member,
+        connected: &dyn Fn(NodeId) -> bool,
+        out: &mut Out,
+    ) -> bool {
+        let id = NodeId::from_name(&m.name);
+        if id == self.me_id {
+            if !m.up && m.inc >= self.me.inc {
+                // Refute: a newer incarnation, flooded.
+                self.me.inc = m.inc + 1;
+                let me = self.me.clone();
+                for a in &self.active {
+                    out.send.push((
+                        *a,
+                        Msg::Gossip {
+                            members: vec![me.clone()],
+                        },
+                    ));
+                }
+            }
+            return false;
+        }
+        let Ok(addr) = m.addr.parse::<SocketAddr>() else {
+            return false;
+        };
+        let old = self.members.get(&id).cloned();
+        let newer = match &old {
+            None => true,
+            Some(k) => m.inc > k.inc || (m.inc == k.inc && k.up && !m.up),
+        };
+        if !newer {
+            return false;
+        }
+        if !m.up && connected(id) {
+            // A node this one holds a live connection to (its heartbeats
+            // answer) said to be down: tell it, so it refutes. (A later
+            // anti-entropy push applies the claim if the connection goes.)
+            out.send.push((
+                id,
+                Msg::Gossip {
+                    members: vec![m.clone()],
+                },
+            ));
+            return false;
+        }
+        let was_up = old.as_ref().is_some_and(|k| k.up);
+        self.members.insert(
+            id,
+            Known {
+                name: m.name.clone(),
+                addr,
+                inc: m.inc,
+                up: m.up,
+            },
+        );
+        if m.up && !was_up {
+            out.up.push((id, m.name.clone(), addr));
+        } else if !m.up && was_up {
+            self.drop_member(id);
+            out.down.push(id);
+            out.disconnect.push(id);
+        }
+        true
+    }
+
+    pub(super) fn flood(&self, news: Vec<Member>, except: Option<NodeId>, out: &mut Out) {
+        if news.is_empty() {
+            return;
+        }
+        for a in &self.active {
+            if Some(*a) != except {
+                out.send.push((
+                    *a,
+                    Msg::Gossip {
+                        members: news.clone(),
+                    },
+                ));
+            }
+        }
+    }
+
+    pub(super) fn declare_down(&mut self, id: NodeId, out: &mut Out) {
+        self.suspects.remove(&id);
+        let Some(k) = self.members.get(&id).cloned() else {
+            return;
+        };
+        if !k.up {
+            return;
+        }
+        let mut rec = k.wire();
+        rec.up = false;
+        self.merge(&rec, &|_| false, out);
+        self.flood(vec![rec], None, out);
+    }
+
+    /// An active neighbour's connection went: ask others to reach it.
+    pub(super) fn suspect(&mut self, id: NodeId, cfg: &OverlayConfig, out: &mut Out) {
+        let Some(k) = self.members.get(&id).cloned() else {
+            return;
+        };
+        if !k.up || self.suspects.contains_key(&id) {
+            return;
+        }
+        let mut askers = Vec::new();
+        let mut pool: Vec<NodeId> = self.active.clone();
+        while askers.len() < cfg.probes && !pool.is_empty() {
+            let i = self.rand(pool.len());
+            askers.push(pool.swap_remove(i));
+        }
+        // This node tries too (answering itself).
+        out.probe.push((None, k.wire()));
+        for a in &askers {
+            out.send.push((*a, Msg::ProbeReq { suspect: k.wire() }));
+        }
+        self.suspects.insert(
+            id,
+            Suspect {
+                deadline: Instant::now() + cfg.probe_timeout,
+                waiting: askers.len() + 1,
+                direct: false,
+            },
+        );
+    }
+
+    pub(super) fn probe_answer(
+        &mut self,
+        sid: NodeId,
+        alive: bool,
+        cfg: &OverlayConfig,
+        out: &mut Out,
+    ) {
+        let Some(s) = self.suspects.get_mut(&sid) else {
+            return;
+        };
+        if alive {
+            self.suspects.remove(&sid);
+            self.add_passive(sid, cfg);
+            return;
+        }
+        if s.direct {
+            self.suspects.remove(&sid);
+            self.suspect(sid, cfg, out);
+            return;
+        }
+        s.waiting = s.waiting.saturating_sub(1);
+        if s.waiting == 0 {
+            self.declare_down(sid, out);
+        }
+    }
+}
+
+pub(super) fn handle(
+    st: &mut State,
+    cfg: &OverlayConfig,
+    out: &mut Out,
+    from: NodeId,
+    msg: Msg,
+    connected: &dyn Fn(NodeId) -> bool,
+) {
+    let mut news = Vec::new();
+    let mut merge = |st: &mut State, out: &mut Out, m: &Member| {
+        if st.merge(m, connected, out) {
+            news.push(m.clone());
+        }
+    };
+    match msg {
+        Msg::Join { me } => {
+            merge(st, out, &me);
+            st.add_active(from, cfg, out);
+            out.send.push((
+                from,
+                Msg::Sync {
+                    members: st.all(),
+                    reply: false,
+                },
+            ));
+            for a in st.active.clone() {
+                if a != from {
+                    out.send.push((
+                        a,
+                        Msg::ForwardJoin {
+                            joiner: me.clone(),
+                            ttl: ARWL,
+                        },
+                    ));
+                }
+            }
+        }
+        Msg::ForwardJoin { joiner, ttl } => {
+            merge(st, out, &joiner);
+            let j = NodeId::from_name(&joiner.name);
+            if j != st.me_id && st.is_up(j) {
+                let next = if ttl == 0 || st.active.len() <= 1 {
+                    None
+                } else {
+                    let active = st.active.clone();
+                    st.pick(&active, &[from, j])
+                };
+                match next {
+                    Some(to) => {
+                        if ttl == PRWL {
+                            st.add_passive(j, cfg);
+                        }
+                        out.send.push((
+                            to,
+                            Msg::ForwardJoin {
+                                joiner,
+                                ttl: ttl - 1,
+                            },
+                        ));
+                    }
+                    None if !st.active.contains(&j) && !st.asking.contains_key(&j) => {
+                        st.asking.insert(j, Instant::now());
+                        out.send.push((
+                            j,
+                            Msg::Neighbor {
+                                me: st.me.clone(),
+                                high: true,
+                            },
+                        ));
+                    }
+                    None => {}
+                }
+            }
+        }
+        Msg::Neighbor { me, high } => {
+            merge(st, out, &me);
+            let accepted = st.active.contains(&from) || high || st.active.len() < st.target(cfg);
+            if accepted {
+                st.add_active(from, cfg, out);
+            } else {
+                st.brief.insert(from);
+            }
+            out.send.push((from, Msg::NeighborReply { accepted }));
+        }
+        Msg::NeighborReply { accepted } => {
+            st.asking.remove(&from);
+            if accepted {
+                st.add_active(from, cfg, out);
+            } else {
+                st.brief.insert(from);
+                st.add_passive(from, cfg);
+            }
+        }
+        Msg::Disconnect => {
+            if st.active.contains(&from) {
+                st.active.retain(|a| *a != from);
+                st.brief.insert(from);
+            }
+            st.add_passive(from, cfg);
+        }
+        Msg::Shuffle {
+            origin,
+            sample,
+            ttl,
+        } => {
+            merge(st, out, &origin);
+            for m in &sample {
+                merge(st, out, m);
+            }
+            let o = NodeId::from_name(&origin.name);
+            let active = st.active.clone();
+            let next = if ttl > 0 && active.len() > 1 {
+                st.pick(&active, &[from, o])
+            } else {
+                None
+            };
+            match next {
+                Some(to) => out.send.push((
+                    to,
+                    Msg::Shuffle {
+                        origin,
+                        sample,
+                        ttl: ttl - 1,
+                    },
+                )),
+                None if o != st.me_id => {
+                    let mut reply = Vec::new();
+                    let mut pool = st.passive.clone();
+                    while reply.len() < sample.len() && !pool.is_empty() {
+                        let i = st.rand(pool.len());
+                        let id = pool.swap_remove(i);
+                        if let Some(k) = st.members.get(&id) {
+                            reply.push(k.wire());
+                        }
+                    }
+                    out.send.push((o, Msg::ShuffleReply { sample: reply }));
+                    for m in &sample {
+                        st.add_passive(NodeId::from_name(&m.name), cfg);
+                    }
+                }
+                None => {}
+            }
+        }
+        Msg::ShuffleReply { sample } => {
+            for m in &sample {
+                merge(st, out, m);
+                st.add_passive(NodeId::from_name(&m.name), cfg);
+            }
+        }
+        Msg::Gossip { members } => {
+            for m in &members {
+                merge(st, out, m);
+            }
+        }
+        Msg::Sync { members, reply } => {
+            for m in &members {
+                merge(st, out, m);
+            }
+            if reply {
+                out.send.push((
+                    from,
+                    Msg::Sync {
+                        members: st.all(),
+                        reply: false,
+                    },
+                ));
+            }
+        }
+        Msg::ProbeReq { suspect } => out.probe.push((Some(from), suspect)),
+        Msg::ProbeAck { suspect, alive } => {
+            st.probe_answer(NodeId::from_name(&suspect), alive, cfg, out)
+        }
+    }
+    st.flood(news, Some(from), out);
+}
+
+/// The periodic work on the state; `usage` is (connected node, frames
+/// and bytes queued, watched) for each connection.
+pub(super) fn tick(
+    st: &mut State,
+    cfg: &OverlayConfig,
+    out: &mut Out,
+    usage: &[(NodeId, u64, bool)],
+) {
+    let now = Instant::now();
+    let expired: Vec<NodeId> = st
+        .suspects
+        .iter()
+        .filter(|(_, s)| s.deadline <= now)
+        .map(|(id, _)| *id)
+        .collect();
+    for id in expired {
+        if st.suspects.get(&id).is_some_and(|s| s.direct) {
+            st.suspects.remove(&id);
+            st.suspect(id, cfg, out);
+        } else {
+            st.declare_down(id, out);
+        }
+    }
+    st.asking
+        .retain(|_, t| now.duration_since(*t) < ASK_TIMEOUT);
+    // Fill the active view.
+    let target = st.target(cfg);
+    if st.active.len() + st.asking.len() < target {
+        let busy: Vec<NodeId> = st.active.iter().chain(st.asking.keys()).copied().collect();
+        let passive = st.passive.clone();
+        let pick = st.pick(&passive, &busy).or_else(|| {
+            let up: Vec<NodeId> = st
+                .members
+                .iter()
+                .filter(|(_, k)| k.up)
+                .map(|(id, _)| *id)
+                .collect();
+            st.pick(&up, &busy)
+        });
+        if let Some(p) = pick {
+            st.asking.insert(p, now);
+            out.send.push((
+                p,
+                Msg::Neighbor {
+                    me: st.me.clone(),
+                    high: st.active.is_empty(),
+                },
+            ));
+        }
+    }
+    if st.active.len() > target + 1 {
+        let i = st.rand(st.active.len());
+        let old = st.active.swap_remove(i);
+        out.send.push((old, Msg::Disconnect));
+        st.brief.insert(old);
+        st.add_passive(old, cfg);
+    }
+    let active = st.active.clone();
+    if now.duration_since(st.last_shuffle) >= cfg.shuffle_every {
+        st.last_shuffle = now;
+        if let Some(to) = st.pick(&active, &[]) {
+            let mut sample = vec![st.me.clone()];
+            let mut pool: Vec<NodeId> = active.iter().chain(&st.passive).copied().collect();
+            while sample.len() < 8 && !pool.is_empty() {
+                let i = st.rand(pool.len());
+                let id = pool.swap_remove(i);
+                if let Some(k) = st.members.get(&id) {
+                    sample.push(k.wire());
+                }
+            }
+            out.send.push((
+                to,
+                Msg::Shuffle {
+                    origin: st.me.clone(),
+                    sample,
+                    ttl: PRWL,
+                },
+            ));
+        }
+    }
+    if now.duration_since(st.last_sync) >= cfg.sync_every {
+        st.last_sync = now;
+        if let Some(to) = st.pick(&active, &[]) {
+            out.send.push((
+                to,
+                Msg::Sync {
+                    members: st.all(),
+                    reply: true,
+                },
+            ));
+        }
+    }
+    if now.duration_since(st.last_probe) >= cfg.probe_every {
+        st.last_probe = now;
+        // One random member outside the active view, up or down: an
+        // up one unreachable is suspected; a down one reached is
+        // told (it refutes, and a healed partition joins again).
+        let all: Vec<NodeId> = st.members.keys().copied().collect();
+        if let Some(id) = st.pick(&all, &active) {
+            let k = st.members[&id].clone();
+            if k.up {
+                out.probe.push((None, k.wire()));
+                st.suspects.entry(id).or_insert(Suspect {
+                    deadline: now + cfg.probe_timeout,
+                    waiting: 1,
+                    direct: true,
+                });
+            } else {
+                out.send.push((
+                    id,
+                    Msg::Sync {
+                        members: st.all(),
+                        reply: true,
+                    },
+                ));
+            }
+        }
+    }
+    // Close idle on-demand connections.
+    for (id, count, watched) in usage {
+        if st.active.contains(id)
+            || st.asking.contains_key(id)
+            || st.connecting.contains_key(id)
+            || st.suspects.contains_key(id)
+        {
+            st.usage.insert(*id, (*count, now));
+            continue;
+        }
+        let limit = if st.brief.contains(id) {
+            BRIEF_IDLE
+        } else {
+            cfg.idle_close
+        };
+        let e = st.usage.entry(*id).or_insert((*count, now));
+        if e.0 != *count || *watched {
+            *e = (*count, now);
+            // Busy, outside the active view: if the other side holds this
+            // node in its active view, its traffic never lets the
+            // connection idle. Tell it, now and then, that it is not.
+            let last = st.told.get(id).copied();
+            if last.is_none_or(|t| now.duration_since(t) >= cfg.idle_close) {
+                st.told.insert(*id, now);
+                out.send.push((*id, Msg::Disconnect));
+            }
+        } else if now.duration_since(e.1) >= limit {
+            out.disconnect.push(*id);
+            *e = (*count, now);
+            st.brief.remove(id);
+        }
+    }
+}

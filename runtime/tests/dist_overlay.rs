@@ -1,0 +1,297 @@
+//! The partial-mesh overlay (`Topology::Partial`): many nodes in one OS
+//! process over real TCP on 127.0.0.1. Times are hang guards only.
+
+mod common;
+
+use common::eventually;
+use graft::overlay::OverlayConfig;
+use graft::*;
+use std::time::{Duration, Instant};
+
+fn config() -> NodeConfig {
+    NodeConfig::new("127.0.0.1:0")
+        .workers(1)
+        .cookie("overlay-test")
+        .heartbeat(Duration::from_millis(500))
+        .max_pending_per_address(256)
+        .max_pending_handshakes(256)
+        .default_logger(false)
+        .overlay(OverlayConfig::default().probe_timeout(Duration::from_millis(500)))
+}
+
+/// Waits (hang guard `secs`) until `f` holds.
+fn within(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
+    let t = Instant::now();
+    while !f() {
+        assert!(
+            t.elapsed() < Duration::from_secs(secs),
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// One test at a time: each starts many nodes on a small machine.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// `n` nodes, each joining through the one before it.
+fn cluster(n: usize) -> Vec<Node> {
+    let _ = env_logger::builder().is_test(true).try_init();
+    let nodes: Vec<Node> = (0..n).map(|_| Node::start(config()).unwrap()).collect();
+    for i in 1..nodes.len() {
+        let contact = nodes[(i - 1) / 2].addr();
+        // A handshake may time out on a loaded machine: try again.
+        let mut tries = 0;
+        while let Err(e) = nodes[i].connect(contact) {
+            tries += 1;
+            assert!(tries < 10, "cannot join: {e}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    let t = Instant::now();
+    let mut last = Instant::now();
+    within("one cluster", 120, || {
+        if last.elapsed() > Duration::from_secs(5) {
+            last = Instant::now();
+            let mut c: Vec<usize> = nodes.iter().map(|x| x.nodes().len()).collect();
+            c.sort();
+            let a: Vec<usize> = nodes
+                .iter()
+                .map(|x| x.overlay_view().unwrap().active.len())
+                .collect();
+            eprintln!("members {c:?} active {a:?}");
+        }
+        nodes.iter().all(|x| x.nodes().len() == n - 1)
+    });
+    eprintln!("{n} nodes formed one cluster in {:?}", t.elapsed());
+    nodes
+}
+
+fn log2(n: usize) -> usize {
+    (usize::BITS - 1 - n.leading_zeros()) as usize
+}
+
+/// A process on `node` that sends what it receives to `tx`.
+fn sink<T: Message + Send + 'static>(node: &Node, tx: std::sync::mpsc::Sender<T>) -> Pid {
+    node.spawn(move || loop {
+        let v: T = expect();
+        if tx.send(v).is_err() {
+            return;
+        }
+    })
+    .unwrap()
+}
+
+#[test]
+fn sixty_four_nodes_form_one_cluster_with_few_connections() {
+    let _s = serial();
+    let n = 64;
+    let nodes = cluster(n);
+    let bound = 2 * log2(n);
+    // What the joins opened on demand closes once idle.
+    within("at most 2 log2(N) connections each", 30, || {
+        nodes
+            .iter()
+            .all(|x| x.overlay_view().unwrap().connections <= bound)
+    });
+    for x in &nodes {
+        let v = x.overlay_view().unwrap();
+        assert_eq!(v.members.len(), n - 1);
+        assert!(!v.active.is_empty());
+        assert!(
+            v.connections <= bound,
+            "{} holds {} connections (active {})",
+            x.name(),
+            v.connections,
+            v.active.len()
+        );
+    }
+    // A message between any two nodes arrives, over connections opened on
+    // demand (a monitor opens one and keeps it while it lasts; an unwatched
+    // one may close when idle, see the overlay's docs).
+    let (tx, rx) = std::sync::mpsc::channel::<(usize, usize)>();
+    let sinks: Vec<Pid> = nodes.iter().map(|x| sink(x, tx.clone())).collect();
+    let mut sent = 0;
+    for i in (0..n).step_by(5) {
+        let to: Vec<(usize, Pid)> = (0..n)
+            .step_by(7)
+            .filter(|j| *j != i)
+            .map(|j| (j, sinks[j]))
+            .collect();
+        sent += to.len();
+        nodes[i]
+            .spawn(move || {
+                for (j, p) in to {
+                    monitor(p);
+                    send(p, (i, j));
+                }
+                expect::<u8>();
+            })
+            .unwrap();
+    }
+    let mut got = std::collections::HashSet::new();
+    while got.len() < sent {
+        let Ok(m) = rx.recv_timeout(Duration::from_secs(60)) else {
+            panic!("{} of {sent} messages arrived", got.len());
+        };
+        got.insert(m);
+    }
+    for x in nodes {
+        x.shutdown();
+    }
+}
+
+#[test]
+fn a_stopped_node_is_detected_by_all_and_its_monitors_fire() {
+    let _s = serial();
+    let n = 16;
+    let mut nodes = cluster(n);
+    let victim = nodes.pop().unwrap();
+    let vid = victim.id();
+    let target = victim
+        .spawn(|| {
+            expect::<u8>();
+        })
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<ExitReason>();
+    let (armed_tx, armed_rx) = std::sync::mpsc::channel::<()>();
+    for x in &nodes {
+        let (tx, armed) = (tx.clone(), armed_tx.clone());
+        x.spawn(move || {
+            let m = monitor(target);
+            armed.send(()).unwrap();
+            let r = receive()
+                .when(move |d: &ProcessDied| d.monitor == m, |d| d.reason)
+                .timeout(Duration::from_secs(30))
+                .expect("the monitor fires");
+            tx.send(r).unwrap();
+        })
+        .unwrap();
+    }
+    for _ in &nodes {
+        armed_rx.recv_timeout(Duration::from_secs(30)).unwrap();
+    }
+    let t = Instant::now();
+    victim.shutdown();
+    for _ in &nodes {
+        let r = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("a monitor fires");
+        assert_eq!(r, ExitReason::NoConnection);
+    }
+    within("every node drops the victim", 30, || {
+        nodes.iter().all(|x| !x.nodes().contains(&vid))
+    });
+    eprintln!("stopped node detected by all in {:?}", t.elapsed());
+    // The rest stays one cluster.
+    for x in &nodes {
+        assert_eq!(x.nodes().len(), n - 2);
+    }
+    for x in nodes {
+        x.shutdown();
+    }
+}
+
+#[test]
+fn a_partition_of_two_halves_heals_after_it_ends() {
+    let _s = serial();
+    let n = 16;
+    let nodes = cluster(n);
+    let (left, right) = nodes.split_at(n / 2);
+    let l: Vec<&Node> = left.iter().collect();
+    let r: Vec<&Node> = right.iter().collect();
+    testing::partition(&l, &r);
+    within("each half sees only itself", 60, || {
+        nodes.iter().all(|x| x.nodes().len() == n / 2 - 1)
+    });
+    let t = Instant::now();
+    testing::heal_all();
+    within("one cluster again", 90, || {
+        nodes.iter().all(|x| x.nodes().len() == n - 1)
+    });
+    eprintln!("partition healed in {:?}", t.elapsed());
+    // Messages cross again.
+    let (tx, rx) = std::sync::mpsc::channel::<u32>();
+    let p = sink(&nodes[n - 1], tx);
+    nodes[0].send(p, 7u32);
+    assert_eq!(rx.recv_timeout(Duration::from_secs(30)).unwrap(), 7);
+    for x in nodes {
+        x.shutdown();
+    }
+}
+
+#[test]
+fn no_message_is_lost_or_reordered_between_pairs() {
+    let _s = serial();
+    let n = 16;
+    let nodes = cluster(n);
+    let per = 2_000u32;
+    let pairs: Vec<(usize, usize)> = (0..n / 2).map(|i| (i, n - 1 - i)).collect();
+    let (tx, rx) = std::sync::mpsc::channel::<(usize, u32)>();
+    for &(from, to) in &pairs {
+        let tx = tx.clone();
+        let recv = nodes[to]
+            .spawn(move || {
+                for want in 0..per {
+                    let (src, k): (usize, u32) = expect();
+                    assert_eq!(src, from);
+                    assert_eq!(k, want, "out of order from node {from}");
+                }
+                tx.send((from, per)).unwrap();
+            })
+            .unwrap();
+        nodes[from]
+            .spawn(move || {
+                for k in 0..per {
+                    send(recv, (from, k));
+                }
+            })
+            .unwrap();
+    }
+    for _ in &pairs {
+        let (_, k) = rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("all arrive in order");
+        assert_eq!(k, per);
+    }
+    for x in nodes {
+        x.shutdown();
+    }
+}
+
+#[test]
+fn three_node_tour_on_the_partial_overlay() {
+    let _s = serial();
+    let _ = env_logger::builder().is_test(true).try_init();
+    let node = || Node::start(config().workers(2)).unwrap();
+    common::three_nodes_spawn_call_monitor_and_lose_one(node(), node(), node());
+}
+
+#[test]
+fn monitor_nodes_follows_membership() {
+    let _s = serial();
+    let nodes = cluster(4);
+    let ids: Vec<NodeId> = nodes.iter().map(|x| x.id()).collect();
+    let last = ids[3];
+    let (tx, rx) = std::sync::mpsc::channel::<NodeDown>();
+    let (armed_tx, armed_rx) = std::sync::mpsc::channel::<()>();
+    nodes[0]
+        .spawn(move || {
+            monitor_node(last, true);
+            armed_tx.send(()).unwrap();
+            tx.send(expect::<NodeDown>()).unwrap();
+        })
+        .unwrap();
+    armed_rx.recv_timeout(Duration::from_secs(20)).unwrap();
+    let mut nodes = nodes;
+    nodes.pop().unwrap().shutdown();
+    let d = rx.recv_timeout(Duration::from_secs(30)).expect("NodeDown");
+    assert_eq!(d.node, last);
+    eventually("the others drop it", || {
+        nodes.iter().all(|x| !x.nodes().contains(&last))
+    });
+}
