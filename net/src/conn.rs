@@ -871,7 +871,7 @@ impl Conn {
                         out.idle_since = Instant::now();
                         out.writer_idle = true;
                         self.arm(&mut out, link, false);
-                        w.due = due;
+                        let _ = due; // the tick thread pings (see `io.rs`)
                         return Ok(());
                     }
                 }
@@ -893,11 +893,16 @@ impl Conn {
         }
     }
 
-    /// On the poller: takes the write side if it is the senders' (so that
-    /// the next [`write_pass`](Conn::write_pass) may send a heartbeat).
-    pub(crate) fn take_write_side(&self) {
-        let mut out = self.out.lock();
-        out.writer_idle = false;
+    /// On the poller, from the tick thread: queues a ping if none was
+    /// sent for a tick (see `io.rs`, "Timers"), as any sender would (so it
+    /// is written directly when the write side is the senders').
+    pub(crate) fn ping_if_due(&self, tick: Duration) {
+        let last = self.rtt.sent.load(Ordering::Relaxed);
+        if stamp_now().saturating_sub(last) < tick.as_nanos() as u64 {
+            return;
+        }
+        let len = frame::HEADER_LEN + 9;
+        let _ = self.push(u64::MAX, false, len, |b| self.rtt.ping(b));
     }
 
     /// Delivers every whole frame `dec` holds to `handler`; `last_rx`:
@@ -1028,8 +1033,6 @@ pub(crate) struct WriteState {
     /// On the poller: when `rest` last shrank (a write stuck for the dead
     /// peer window fails the connection).
     pub(crate) progress: Instant,
-    /// On the poller: when the next heartbeat is due, as of the last park.
-    pub(crate) due: Instant,
 }
 
 impl WriteState {
@@ -1044,7 +1047,6 @@ impl WriteState {
             tick,
             rest: Vec::new(),
             progress: now,
-            due: now + tick,
         }
     }
 
@@ -1130,6 +1132,8 @@ struct Rtt {
     pending: std::sync::atomic::AtomicU64,
     /// Last round trip in ns (0: none yet).
     last_ns: std::sync::atomic::AtomicU64,
+    /// Stamp of the last ping sent (0: none).
+    sent: std::sync::atomic::AtomicU64,
 }
 
 /// Nanoseconds on a process-wide clock, never 0.
@@ -1143,6 +1147,7 @@ impl Rtt {
     fn ping(&self, buf: &mut Vec<u8>) {
         let stamp = stamp_now();
         self.pending.store(stamp, Ordering::Relaxed);
+        self.sent.store(stamp, Ordering::Relaxed);
         let mut p = [PING; 9];
         p[1..].copy_from_slice(&stamp.to_be_bytes());
         frame::encode(buf, kind::HEARTBEAT, 0, &p);

@@ -67,11 +67,21 @@
 //! No timer per connection: the I/O thread scans its connections every
 //! `heartbeat / 4` (its poll timeout, or sooner for a handshake deadline).
 //! A connection silent for its dead window is closed (`HeartbeatTimeout`);
-//! a reassembly stalled as long fails it; one whose heartbeat is due and
-//! whose write side is the senders' is taken and given a pass, which sends
-//! the ping. So heartbeats go out at most a quarter tick late, and a dead
-//! peer is found within a quarter tick of the window: the bounds of the
-//! reader thread's half-tick read timeout, or better.
+//! a reassembly stalled as long fails it. So a dead peer is found within a
+//! quarter tick of the window (the reader thread's read timeout: half a
+//! tick).
+//!
+//! Heartbeats are sent by one more thread per node (`graft-net-tick`),
+//! not by the I/O threads: a handler runs on its I/O thread, and one that
+//! takes long (user code decoding a message, a panic printing its
+//! backtrace) must not silence every peer of that thread, as it would if
+//! the I/O thread sent the pings (seen in `dist_cluster`: a 600 ms panic
+//! report took a node down). Every quarter tick it queues a ping on each
+//! connection that sent none for a tick, through the ordinary send path,
+//! so it is written directly (a sender's `MSG_DONTWAIT` write) while the
+//! write side is the senders', which it is whenever nothing is queued.
+//! A write pass also sends a ping when it has written for a tick without
+//! one (dense traffic), as the writer thread does.
 //!
 //! # Shutdown
 //!
@@ -220,9 +230,6 @@ impl IoConn {
                     format!("a write made no progress for {stuck:?}"),
                 ))));
             }
-        } else if now >= self.write.due {
-            self.conn.take_write_side();
-            self.conn.write_pass(&mut self.write)?;
         }
         Ok(())
     }

@@ -236,6 +236,13 @@ impl Transport {
             next_io: Default::default(),
             stats: Stats::default(),
         });
+        if inner.cfg.io == IoMode::Poller {
+            let me = inner.clone();
+            if let Err(e) = inner.spawn("graft-net-tick", move || me.tick_loop()) {
+                inner.shutdown();
+                return Err(io::Error::other(e.to_string()));
+            }
+        }
         for i in 0..inner.io.len() {
             let me = inner.clone();
             let name = match inner.cfg.io {
@@ -774,6 +781,27 @@ impl Inner {
                 let c = conns.remove(&key).expect("present");
                 c.conn.close(e);
                 self.report_down(&c.conn);
+            }
+        }
+    }
+
+    /// The tick thread of the poller: heartbeats (see `io.rs`, "Timers").
+    fn tick_loop(&self) {
+        let tick = self.cfg.heartbeat;
+        loop {
+            {
+                let mut st = self.state.lock();
+                if st.closed {
+                    return;
+                }
+                self.changed.wait_for(&mut st, tick / 4);
+                if st.closed {
+                    return;
+                }
+            }
+            let conns: Vec<Arc<Conn>> = self.peers.read().values().cloned().collect();
+            for c in conns {
+                c.ping_if_due(tick);
             }
         }
     }

@@ -53,14 +53,14 @@ fn shutdown_joins_all_threads_and_reports_each_peer_down_once() {
     let mut half = TcpStream::connect(nodes[1].0.local_addr()).unwrap();
     half.write_all(&[0, 0, 0, 50, 1, 0, 1]).unwrap();
     // Threads: 1 acceptor per node, 1 reader + 1 writer per peer. Poller:
-    // 1 I/O thread per node. The two pending handshakes hold no thread
+    // 1 I/O thread and 1 tick thread per node. The two pending handshakes hold no thread
     // (the acceptor drives them).
     wait_until("handshakes pending", || {
         nodes[0].0.handshake_stats().pending == 1 && nodes[1].0.handshake_stats().pending == 1
     });
     let per_node = match config("q", "c").io_mode() {
         IoMode::Threads => 1 + 2 * 2,
-        _ => 1,
+        _ => 2,
     };
     wait_until("threads started", || threads() >= before + 3 * per_node);
     assert_eq!(threads(), before + 3 * per_node);
