@@ -8,6 +8,11 @@
 //! | `graft-net-rd`     | 1 per peer   | reads (after the handshake)                     |
 //! | `graft-net-wr`     | 1 per peer   | flushes the outbox, sends heartbeats            |
 //!
+//! That is [`IoMode::Threads`] (the default). In [`IoMode::Poller`] there
+//! is no thread per peer: `io_threads` threads `graft-net-io` (the first
+//! also accepts) read and write every established connection, and one
+//! `graft-net-tick` sends heartbeats (see `io.rs`).
+//!
 //! Every handle goes into `State::threads`; [`Transport::shutdown`] joins
 //! them all. Outbound handshakes run on the caller of `connect`.
 //!
