@@ -38,6 +38,41 @@ pub struct NetConfig {
     pub(crate) handshake_timeout: Duration,
     pub(crate) encrypt: bool,
     pub(crate) tls: Option<crate::TlsConfig>,
+    pub(crate) io: IoMode,
+    pub(crate) io_threads: usize,
+}
+
+/// How a [`Transport`](crate::Transport) drives its established
+/// connections (see [`NetConfig::io`]).
+///
+/// # Examples
+///
+/// ```
+/// use graft_net::{IoMode, NetConfig};
+///
+/// let cfg = NetConfig::new("a", "127.0.0.1:0".parse().unwrap()).io(IoMode::Poller);
+/// assert_eq!(cfg.io_mode(), IoMode::Poller);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum IoMode {
+    /// A reader and a writer OS thread per peer (the default).
+    Threads,
+    /// Every socket on a poller driven by [`io_threads`](NetConfig::io_threads)
+    /// I/O threads: no thread per connection.
+    Poller,
+}
+
+impl IoMode {
+    /// The default: [`IoMode::Threads`], unless the environment variable
+    /// `GRAFT_NET_IO` is `poller` (so that a whole test suite can run on
+    /// either).
+    pub fn from_env() -> IoMode {
+        match std::env::var("GRAFT_NET_IO").as_deref() {
+            Ok("poller") => IoMode::Poller,
+            _ => IoMode::Threads,
+        }
+    }
 }
 
 impl NetConfig {
@@ -63,6 +98,8 @@ impl NetConfig {
     pub const DEFAULT_MAX_PENDING_PER_ADDRESS: usize = 8;
     /// Default time an inbound connection has to complete its handshake: 5 s.
     pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+    /// Default number of I/O threads of [`IoMode::Poller`]: 1.
+    pub const DEFAULT_IO_THREADS: usize = 1;
 
     /// A configuration for node `name` listening on `listen` (port 0 picks
     /// a free port), with every other setting at its default: a random
@@ -88,7 +125,29 @@ impl NetConfig {
             handshake_timeout: Self::DEFAULT_HANDSHAKE_TIMEOUT,
             encrypt: false,
             tls: None,
+            io: IoMode::from_env(),
+            io_threads: Self::DEFAULT_IO_THREADS,
         }
+    }
+
+    /// How established connections are driven: a thread pair per peer, or
+    /// the poller (default: [`IoMode::from_env`]).
+    pub fn io(mut self, mode: IoMode) -> Self {
+        self.io = mode;
+        self
+    }
+
+    /// The number of I/O threads of [`IoMode::Poller`] (1 to 64; default
+    /// 1). The first also accepts and drives inbound handshakes; peers are
+    /// spread over them round-robin.
+    pub fn io_threads(mut self, n: usize) -> Self {
+        self.io_threads = n;
+        self
+    }
+
+    /// The configured [`IoMode`].
+    pub fn io_mode(&self) -> IoMode {
+        self.io
     }
 
     /// The address announced to peers as ours (default: the bound address).
@@ -329,6 +388,9 @@ impl NetConfig {
         if self.max_pending_per_address == 0 || self.max_pending_per_address > 1 << 20 {
             return bad("max_pending_per_address must be between 1 and 2^20");
         }
+        if self.io_threads == 0 || self.io_threads > 64 {
+            return bad("io_threads must be between 1 and 64");
+        }
         Ok(())
     }
 }
@@ -354,6 +416,8 @@ impl fmt::Debug for NetConfig {
             .field("handshake_timeout", &self.handshake_timeout)
             .field("encrypt", &self.encrypt)
             .field("tls", &self.tls.is_some())
+            .field("io", &self.io)
+            .field("io_threads", &self.io_threads)
             .finish()
     }
 }

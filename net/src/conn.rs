@@ -98,7 +98,7 @@ use std::collections::VecDeque;
 use std::io::Read;
 use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex, MutexGuard};
@@ -106,6 +106,7 @@ use socket2::SockRef;
 
 use crate::frag::{self, Large, Reassembly, FRAGMENT, MAX_PARTIALS};
 use crate::frame::{self, kind, Decoder, Fill, FIRST_USER_KIND, FLAG_COMPRESSED};
+use crate::poll::Poller;
 use crate::session::Sealer;
 use crate::{Handler, NetError, PeerInfo};
 
@@ -176,6 +177,9 @@ struct Outbox {
     /// Set by the writer (under the mutex) right before it waits; cleared by
     /// the sender that wakes it.
     writer_idle: bool,
+    /// On the poller: whether writable interest is armed (changed only
+    /// under this lock, see `hand_over`).
+    armed: bool,
     /// Set once by `close`; senders fail and the writer stops.
     closed: bool,
     /// Frames are held for a sender that promised a `flush` (see
@@ -348,6 +352,16 @@ pub(crate) struct Conn {
     dead_after: Duration,
     /// Heartbeat round trip (see "Heartbeat round trip" below).
     rtt: Rtt,
+    /// On the poller: where the connection is registered (set once, by its
+    /// I/O thread, before it ever parks the write side).
+    io: OnceLock<IoLink>,
+}
+
+/// Where a connection is registered on an I/O thread's poller.
+#[derive(Debug)]
+pub(crate) struct IoLink {
+    pub(crate) poller: Poller,
+    pub(crate) key: usize,
 }
 
 impl Conn {
@@ -367,6 +381,7 @@ impl Conn {
                 sealed: Vec::new(),
                 scratch: Vec::new(),
                 writer_idle: false,
+                armed: false,
                 closed: false,
                 held: false,
                 last_push: Instant::now(),
@@ -387,6 +402,7 @@ impl Conn {
             limits,
             dead_after,
             rtt: Rtt::default(),
+            io: OnceLock::new(),
         }
     }
 
@@ -482,10 +498,8 @@ impl Conn {
             );
         }
         if out.writer_idle {
-            out.writer_idle = false;
             out.held = false;
-            drop(out);
-            self.wake.notify_one();
+            self.hand_over(out);
         }
         Ok(false)
     }
@@ -570,9 +584,38 @@ impl Conn {
                 }
             }
         }
+        self.hand_over(out);
+    }
+
+    /// Gives the write side to the writer (`writer_idle` was set): in
+    /// [`IoMode::Threads`](crate::IoMode) wakes the writer thread; on the
+    /// poller arms writable interest, under the outbox lock (see `io.rs`,
+    /// "Who writes").
+    fn hand_over(&self, mut out: MutexGuard<'_, Outbox>) {
         out.writer_idle = false;
-        drop(out);
-        self.wake.notify_one();
+        match self.io.get() {
+            None => {
+                drop(out);
+                self.wake.notify_one();
+            }
+            Some(link) => self.arm(&mut out, link, true),
+        }
+    }
+
+    /// Sets writable interest to `on` (caller holds the outbox lock, which
+    /// orders every change of interest with the `writer_idle` it follows).
+    fn arm(&self, out: &mut Outbox, link: &IoLink, on: bool) {
+        if out.armed != on {
+            out.armed = on;
+            if let Err(e) = link.poller.interest(&self.stream, link.key, on) {
+                log::debug!("graft-net: interest of {}: {e}", self.info.name);
+            }
+        }
+    }
+
+    /// The connection's socket (the descriptor it is polled by).
+    pub(crate) fn stream(&self) -> &TcpStream {
+        &self.stream
     }
 
     pub(crate) fn is_closed(&self) -> bool {
@@ -672,6 +715,80 @@ impl Conn {
         !self.down_reported.swap(true, Ordering::AcqRel)
     }
 
+    /// Under the outbox lock: runs the drain wake-ups that are due, then
+    /// takes what is to be written into `w` (see "Lanes"), with a ping when
+    /// one is due. What the writer must do next.
+    fn take_work(&self, out: &mut MutexGuard<'_, Outbox>, w: &mut WriteState) -> Take {
+        loop {
+            if out.closed {
+                return Take::Closed;
+            }
+            let limit = self.limits.busy_limit;
+            let all = out.queued() <= limit;
+            if all {
+                self.busy.store(false, Ordering::Relaxed);
+            }
+            if !out.drain.0.is_empty() && out.small() <= limit {
+                let (go, stay): (Vec<_>, Vec<_>) = std::mem::take(&mut out.drain.0)
+                    .into_iter()
+                    .partition(|(bulk, _)| all || !bulk);
+                out.drain.0 = stay;
+                if !go.is_empty() {
+                    MutexGuard::unlocked(out, || go.into_iter().for_each(|(_, w)| w()));
+                    continue;
+                }
+            }
+            if !out.buf.is_empty() || !out.sealed.is_empty() || !out.flights.is_empty() {
+                std::mem::swap(&mut out.buf, &mut w.spare);
+                w.wire.extend_from_slice(&out.sealed);
+                out.sealed.clear();
+                out.held = false; // the writer takes them
+                let max = self.limits.max_message;
+                out.take_fragments(&mut w.pieces, max);
+                if w.last_write.duration_since(w.last_ping) >= w.tick {
+                    // A ping even when busy: the round trip stays fresh.
+                    self.rtt.ping(&mut w.spare);
+                    w.last_ping = w.last_write;
+                }
+                return Take::Work;
+            }
+            let due = w.last_write + w.tick;
+            let now = Instant::now();
+            if now >= due {
+                self.rtt.ping(&mut w.spare);
+                w.last_ping = now;
+                return Take::Work;
+            }
+            return Take::Idle(due);
+        }
+    }
+
+    /// Appends the fragments taken to the batch.
+    fn frame_pieces(w: &mut WriteState) {
+        for (k, header, data, range) in w.pieces.drain(..) {
+            let len = header.len() + range.len();
+            w.spare.reserve(frame::HEADER_LEN + len);
+            w.spare.extend_from_slice(&(len as u32).to_be_bytes());
+            w.spare.push(k);
+            w.spare.push(0);
+            w.spare.extend_from_slice(&header);
+            w.spare.extend_from_slice(&data[range]);
+        }
+    }
+
+    /// After a write: the batch buffers emptied (and shrunk if they grew).
+    fn written(w: &mut WriteState) {
+        w.last_write = Instant::now();
+        w.spare.clear();
+        w.wire.clear();
+        if w.spare.capacity() > WRITE_BUF_KEEP {
+            w.spare = Vec::with_capacity(WRITE_BUF);
+        }
+        if w.wire.capacity() > WRITE_BUF_KEEP {
+            w.wire = Vec::with_capacity(WRITE_BUF);
+        }
+    }
+
     /// The writer thread: flush the outbox, or send a heartbeat after a tick
     /// of silence, until closed.
     pub(crate) fn write_loop(&self, tick: Duration) {
@@ -679,90 +796,180 @@ impl Conn {
             Ok(s) => s,
             Err(e) => return self.close(e.into()),
         };
-        let mut spare: Vec<u8> = Vec::with_capacity(WRITE_BUF);
-        let mut wire: Vec<u8> = Vec::with_capacity(WRITE_BUF);
-        let mut last_write = Instant::now();
-        let mut pieces: Vec<Piece> = Vec::new();
-        let mut last_ping = last_write;
+        let mut w = WriteState::new(tick);
         loop {
             {
                 let mut out = self.out.lock();
                 loop {
-                    if out.closed {
-                        return;
-                    }
-                    let limit = self.limits.busy_limit;
-                    let all = out.queued() <= limit;
-                    if all {
-                        self.busy.store(false, Ordering::Relaxed);
-                    }
-                    if !out.drain.0.is_empty() && out.small() <= limit {
-                        let (go, stay): (Vec<_>, Vec<_>) = std::mem::take(&mut out.drain.0)
-                            .into_iter()
-                            .partition(|(bulk, _)| all || !bulk);
-                        out.drain.0 = stay;
-                        if !go.is_empty() {
-                            MutexGuard::unlocked(&mut out, || {
-                                go.into_iter().for_each(|(_, w)| w())
-                            });
-                            continue;
+                    match self.take_work(&mut out, &mut w) {
+                        Take::Closed => return,
+                        Take::Work => break,
+                        Take::Idle(due) => {
+                            if !out.writer_idle {
+                                out.idle_since = Instant::now();
+                            }
+                            out.writer_idle = true;
+                            self.wake.wait_until(&mut out, due);
+                            out.writer_idle = false;
                         }
                     }
-                    if !out.buf.is_empty() || !out.sealed.is_empty() || !out.flights.is_empty() {
-                        std::mem::swap(&mut out.buf, &mut spare);
-                        wire.extend_from_slice(&out.sealed);
-                        out.sealed.clear();
-                        out.held = false; // the writer takes them
-                        let max = self.limits.max_message;
-                        out.take_fragments(&mut pieces, max);
-                        if last_write.duration_since(last_ping) >= tick {
-                            // A ping even when busy: the round trip stays fresh.
-                            self.rtt.ping(&mut spare);
-                            last_ping = last_write;
-                        }
-                        break;
-                    }
-                    let due = last_write + tick;
-                    let now = Instant::now();
-                    if now >= due {
-                        self.rtt.ping(&mut spare);
-                        last_ping = now;
-                        break;
-                    }
-                    if !out.writer_idle {
-                        out.idle_since = now;
-                    }
-                    out.writer_idle = true;
-                    self.wake.wait_until(&mut out, due);
-                    out.writer_idle = false;
                 }
             }
-            for (k, header, data, range) in pieces.drain(..) {
-                let len = header.len() + range.len();
-                spare.reserve(frame::HEADER_LEN + len);
-                spare.extend_from_slice(&(len as u32).to_be_bytes());
-                spare.push(k);
-                spare.push(0);
-                spare.extend_from_slice(&header);
-                spare.extend_from_slice(&data[range]);
-            }
+            Self::frame_pieces(&mut w);
             // `wire`: what a direct write left unsent; then the batch,
             // sealed where it is (no copy; see `Sealer::seal_write`).
-            let sent = (self.sealer.lock()).seal_write(&mut stream, &wire, &mut spare);
+            let sent = (self.sealer.lock()).seal_write(&mut stream, &w.wire, &mut w.spare);
             if let Err(e) = sent {
                 log::debug!("graft-net: write to {} failed: {e}", self.info.name);
                 return self.close(e.into());
             }
-            last_write = Instant::now();
-            spare.clear();
-            wire.clear();
-            if spare.capacity() > WRITE_BUF_KEEP {
-                spare = Vec::with_capacity(WRITE_BUF);
-            }
-            if wire.capacity() > WRITE_BUF_KEEP {
-                wire = Vec::with_capacity(WRITE_BUF);
-            }
+            Self::written(&mut w);
         }
+    }
+
+    /// On the poller: the I/O thread's turn at the write side (see `io.rs`,
+    /// "Who writes"). Sends what is left of the last batch, then batches
+    /// as the writer thread does, until the socket would block (writable
+    /// interest stays armed) or nothing is left (the write side goes back
+    /// to senders: `writer_idle`, interest disarmed). Does nothing while
+    /// the write side is the senders'. `Err`: the connection failed.
+    pub(crate) fn write_pass(&self, w: &mut WriteState) -> Result<(), NetError> {
+        let Some(link) = self.io.get() else {
+            return Ok(());
+        };
+        loop {
+            if !w.rest.is_empty() {
+                match SockRef::from(&self.stream).send_with_flags(&w.rest, DIRECT_FLAGS) {
+                    Ok(n) => {
+                        w.rest.drain(..n);
+                        w.progress = Instant::now();
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(e.into()),
+                }
+                if !w.rest.is_empty() {
+                    let mut out = self.out.lock();
+                    if !out.writer_idle {
+                        self.arm(&mut out, link, true);
+                    }
+                    return Ok(());
+                }
+                if w.rest.capacity() > WRITE_BUF_KEEP {
+                    w.rest = Vec::new();
+                }
+            }
+            {
+                let mut out = self.out.lock();
+                if out.writer_idle {
+                    return Ok(()); // the senders' (see "Who writes")
+                }
+                match self.take_work(&mut out, w) {
+                    Take::Closed => return Ok(()),
+                    Take::Work => {}
+                    Take::Idle(due) => {
+                        out.idle_since = Instant::now();
+                        out.writer_idle = true;
+                        self.arm(&mut out, link, false);
+                        let _ = due; // the tick thread pings (see `io.rs`)
+                        return Ok(());
+                    }
+                }
+            }
+            Self::frame_pieces(w);
+            let mut sock = Stash {
+                sock: &self.stream,
+                rest: &mut w.rest,
+            };
+            let sent = (self.sealer.lock()).seal_write(&mut sock, &w.wire, &mut w.spare);
+            if let Err(e) = sent {
+                log::debug!("graft-net: write to {} failed: {e}", self.info.name);
+                return Err(e.into());
+            }
+            if !w.rest.is_empty() {
+                w.progress = Instant::now();
+            }
+            Self::written(w);
+        }
+    }
+
+    /// On the poller, from the tick thread: queues a ping if none was
+    /// sent for a tick (see `io.rs`, "Timers"), as any sender would (so it
+    /// is written directly when the write side is the senders').
+    pub(crate) fn ping_if_due(&self, tick: Duration) {
+        let last = self.rtt.sent.load(Ordering::Relaxed);
+        if stamp_now().saturating_sub(last) < tick.as_nanos() as u64 {
+            return;
+        }
+        let len = frame::HEADER_LEN + 9;
+        let _ = self.push(u64::MAX, false, len, |b| self.rtt.ping(b));
+    }
+
+    /// Delivers every whole frame `dec` holds to `handler`; `last_rx`:
+    /// when bytes last arrived. `Err`: why the connection must close.
+    pub(crate) fn deliver(
+        &self,
+        dec: &mut Decoder,
+        parts: &mut Reassembly,
+        last_rx: Instant,
+        handler: &dyn Handler,
+    ) -> Result<(), NetError> {
+        loop {
+            if self.is_closed() {
+                return Err(self.reason());
+            }
+            let Some(f) = dec.next_frame()? else {
+                return Ok(());
+            };
+            let whole = match f.kind {
+                kind::HEARTBEAT => {
+                    self.on_heartbeat(f.payload);
+                    continue;
+                }
+                kind::FRAG_BEGIN | kind::FRAG_MORE if f.flags != 0 => {
+                    return Err(NetError::Protocol("flags on a fragment frame".into()))
+                }
+                kind::FRAG_BEGIN => match parts.begin(f.payload, last_rx)? {
+                    Some(w) => w,
+                    None => continue,
+                },
+                kind::FRAG_MORE => match parts.more(f.payload, last_rx)? {
+                    Some(w) => w,
+                    None => continue,
+                },
+                k if k < FIRST_USER_KIND => {
+                    return Err(NetError::Protocol(format!(
+                        "unexpected transport frame kind {k}"
+                    )))
+                }
+                k => {
+                    let payload = if f.flags & FLAG_COMPRESSED != 0 {
+                        frame::inflate(f.payload, self.limits.max_frame)?
+                    } else {
+                        f.payload.to_vec()
+                    };
+                    handler.frame(&self.info, k, payload);
+                    continue;
+                }
+            };
+            let (k, flags, data) = whole;
+            let payload = if flags & FLAG_COMPRESSED != 0 {
+                frame::inflate(&data, self.limits.max_message)?
+            } else {
+                data
+            };
+            handler.frame(&self.info, k, payload);
+        }
+    }
+
+    /// The silence after which the peer is declared dead.
+    pub(crate) fn dead_after(&self) -> Duration {
+        self.dead_after
+    }
+
+    /// The limits of this connection.
+    pub(crate) fn max_message(&self) -> usize {
+        self.limits.max_message
     }
 
     /// The reader loop: deliver frames to `handler` until the connection
@@ -776,59 +983,8 @@ impl Conn {
         let mut last_rx = Instant::now();
         let mut parts = Reassembly::new(self.limits.max_message);
         loop {
-            loop {
-                if self.is_closed() {
-                    return self.reason();
-                }
-                let f = match dec.next_frame() {
-                    Ok(Some(f)) => f,
-                    Ok(None) => break,
-                    Err(e) => return e,
-                };
-                let whole = match f.kind {
-                    kind::HEARTBEAT => {
-                        self.on_heartbeat(f.payload);
-                        continue;
-                    }
-                    kind::FRAG_BEGIN | kind::FRAG_MORE if f.flags != 0 => {
-                        return NetError::Protocol("flags on a fragment frame".into())
-                    }
-                    kind::FRAG_BEGIN => match parts.begin(f.payload, last_rx) {
-                        Ok(Some(w)) => w,
-                        Ok(None) => continue,
-                        Err(e) => return e,
-                    },
-                    kind::FRAG_MORE => match parts.more(f.payload, last_rx) {
-                        Ok(Some(w)) => w,
-                        Ok(None) => continue,
-                        Err(e) => return e,
-                    },
-                    k if k < FIRST_USER_KIND => {
-                        return NetError::Protocol(format!("unexpected transport frame kind {k}"))
-                    }
-                    k => {
-                        let payload = if f.flags & FLAG_COMPRESSED != 0 {
-                            match frame::inflate(f.payload, self.limits.max_frame) {
-                                Ok(p) => p,
-                                Err(e) => return e,
-                            }
-                        } else {
-                            f.payload.to_vec()
-                        };
-                        handler.frame(&self.info, k, payload);
-                        continue;
-                    }
-                };
-                let (k, flags, data) = whole;
-                let payload = if flags & FLAG_COMPRESSED != 0 {
-                    match frame::inflate(&data, self.limits.max_message) {
-                        Ok(p) => p,
-                        Err(e) => return e,
-                    }
-                } else {
-                    data
-                };
-                handler.frame(&self.info, k, payload);
+            if let Err(e) = self.deliver(dec, &mut parts, last_rx, handler) {
+                return e;
             }
             if parts.in_progress() > 0 {
                 if let Err(e) = parts.check_stalled(Instant::now(), self.dead_after) {
@@ -848,6 +1004,108 @@ impl Conn {
                 Err(e) => return e.into(),
             }
         }
+    }
+}
+
+/// What [`Conn::take_work`] found.
+enum Take {
+    /// A batch is in the write state.
+    Work,
+    /// Nothing to write until the heartbeat due then.
+    Idle(Instant),
+    /// The connection is closed.
+    Closed,
+}
+
+/// The writer's buffers and clocks: the writer thread's locals, or an I/O
+/// thread's per connection.
+#[derive(Debug)]
+pub(crate) struct WriteState {
+    spare: Vec<u8>,
+    wire: Vec<u8>,
+    pieces: Vec<Piece>,
+    last_write: Instant,
+    last_ping: Instant,
+    tick: Duration,
+    /// On the poller: sealed bytes the socket did not take yet (sent
+    /// before anything else is taken from the outbox).
+    rest: Vec<u8>,
+    /// On the poller: when `rest` last shrank (a write stuck for the dead
+    /// peer window fails the connection).
+    pub(crate) progress: Instant,
+}
+
+impl WriteState {
+    pub(crate) fn new(tick: Duration) -> WriteState {
+        let now = Instant::now();
+        WriteState {
+            spare: Vec::with_capacity(WRITE_BUF),
+            wire: Vec::with_capacity(WRITE_BUF),
+            pieces: Vec::new(),
+            last_write: now,
+            last_ping: now,
+            tick,
+            rest: Vec::new(),
+            progress: now,
+        }
+    }
+
+    /// Whether sealed bytes wait for the socket to take them.
+    pub(crate) fn stuck(&self) -> bool {
+        !self.rest.is_empty()
+    }
+}
+
+/// A writer over a non-blocking socket that keeps, in `rest`, whatever the
+/// socket does not take (so `seal_write` never sees `WouldBlock`, and the
+/// common case, a socket that takes everything, copies nothing).
+struct Stash<'a> {
+    sock: &'a TcpStream,
+    rest: &'a mut Vec<u8>,
+}
+
+impl std::io::Write for Stash<'_> {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.write_vectored(&[std::io::IoSlice::new(b)])
+    }
+
+    fn write_vectored(&mut self, bufs: &[std::io::IoSlice<'_>]) -> std::io::Result<usize> {
+        let total: usize = bufs.iter().map(|b| b.len()).sum();
+        let mut n = 0;
+        if self.rest.is_empty() {
+            n = loop {
+                match (&mut &*self.sock).write_vectored(bufs) {
+                    Ok(n) => break n,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break 0,
+                    Err(e) => return Err(e),
+                }
+            };
+        }
+        let mut skip = n;
+        for b in bufs {
+            if skip >= b.len() {
+                skip -= b.len();
+                continue;
+            }
+            self.rest.extend_from_slice(&b[skip..]);
+            skip = 0;
+        }
+        Ok(total)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Conn {
+    /// Links the connection to its I/O thread's poller (once, by that
+    /// thread, before the first `write_pass`).
+    pub(crate) fn link(&self, poller: Poller, key: usize) {
+        let _ = self.io.set(IoLink { poller, key });
+        // Registered with writable interest: the first event runs a pass.
+        self.out.lock().armed = true;
     }
 }
 
@@ -874,6 +1132,8 @@ struct Rtt {
     pending: std::sync::atomic::AtomicU64,
     /// Last round trip in ns (0: none yet).
     last_ns: std::sync::atomic::AtomicU64,
+    /// Stamp of the last ping sent (0: none).
+    sent: std::sync::atomic::AtomicU64,
 }
 
 /// Nanoseconds on a process-wide clock, never 0.
@@ -887,6 +1147,7 @@ impl Rtt {
     fn ping(&self, buf: &mut Vec<u8>) {
         let stamp = stamp_now();
         self.pending.store(stamp, Ordering::Relaxed);
+        self.sent.store(stamp, Ordering::Relaxed);
         let mut p = [PING; 9];
         p[1..].copy_from_slice(&stamp.to_be_bytes());
         frame::encode(buf, kind::HEARTBEAT, 0, &p);

@@ -84,6 +84,7 @@ mod error;
 mod frag;
 mod frame;
 mod handshake;
+mod io;
 mod noise_crypto;
 mod peer;
 mod pending;
@@ -93,7 +94,7 @@ mod session;
 mod tls;
 mod transport;
 
-pub use config::NetConfig;
+pub use config::{IoMode, NetConfig};
 pub use cookie::{read_or_create_cookie_file, resolve_cookie, COOKIE_ENV, COOKIE_FILE};
 pub use error::NetError;
 pub use frame::FIRST_USER_KIND;

@@ -3,9 +3,9 @@
 //! before they are closed, which is the one condition `polling`'s `add`
 //! leaves to its caller. Level-triggered where the platform supports it.
 //!
-//! Used by the listener thread to drive every pending handshake; kept
-//! independent of the handshake so that an event-driven transport can reuse
-//! it.
+//! Used by the I/O threads (`io.rs`): the listener, pending handshakes,
+//! and in [`IoMode::Poller`](crate::IoMode) every established connection,
+//! whose writable interest senders toggle with [`Poller::interest`].
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd};
@@ -26,6 +26,17 @@ impl Poller {
     /// Registers `source` for readability under `key`; it stays registered
     /// until the guard is dropped or [`into_inner`](Registered::into_inner).
     pub(crate) fn register<S: AsFd>(&self, source: S, key: usize) -> io::Result<Registered<S>> {
+        self.register_with(source, key, false)
+    }
+
+    /// As [`register`](Poller::register), also for writability if
+    /// `writable`.
+    pub(crate) fn register_with<S: AsFd>(
+        &self,
+        source: S,
+        key: usize,
+        writable: bool,
+    ) -> io::Result<Registered<S>> {
         let mode = if self.0.supports_level() {
             polling::PollMode::Level
         } else {
@@ -37,8 +48,11 @@ impl Poller {
         // the source itself can be dropped or handed out.
         #[allow(unsafe_code)]
         unsafe {
-            self.0
-                .add_with_mode(source.as_fd().as_raw_fd(), Event::readable(key), mode)?
+            self.0.add_with_mode(
+                source.as_fd().as_raw_fd(),
+                Event::new(key, true, writable),
+                mode,
+            )?
         };
         Ok(Registered {
             source: Some(source),
@@ -46,6 +60,23 @@ impl Poller {
             mode,
             poller: self.clone(),
         })
+    }
+
+    /// Sets the interest of a registered (level-triggered) `source`:
+    /// readable always, writable if `writable`. Callable from any thread;
+    /// an error (the source was deregistered meanwhile) is harmless to
+    /// ignore.
+    pub(crate) fn interest(&self, source: impl AsFd, key: usize, writable: bool) -> io::Result<()> {
+        self.0.modify_with_mode(
+            source,
+            Event::new(key, true, writable),
+            polling::PollMode::Level,
+        )
+    }
+
+    /// Whether sources are level-triggered (the poller transport needs it).
+    pub(crate) fn supports_level(&self) -> bool {
+        self.0.supports_level()
     }
 
     /// Waits for events, at most `timeout`.

@@ -8,6 +8,11 @@
 //! | `graft-net-rd`     | 1 per peer   | reads (after the handshake)                     |
 //! | `graft-net-wr`     | 1 per peer   | flushes the outbox, sends heartbeats            |
 //!
+//! That is [`IoMode::Threads`] (the default). In [`IoMode::Poller`] there
+//! is no thread per peer: `io_threads` threads `graft-net-io` (the first
+//! also accepts) read and write every established connection, and one
+//! `graft-net-tick` sends heartbeats (see `io.rs`).
+//!
 //! Every handle goes into `State::threads`; [`Transport::shutdown`] joins
 //! them all. Outbound handshakes run on the caller of `connect`.
 //!
@@ -76,11 +81,12 @@ use crate::conn::{Conn, READ_BUF};
 use crate::cookie::resolve_cookie;
 use crate::frame::Decoder;
 use crate::handshake::{self, Handshake, Hello, Identity, Outcome};
+use crate::io::{IoConn, IoThread, Reader};
 use crate::pending::{Driven, HandshakeStats, Pending, Stats};
-use crate::poll::{Events, Poller};
+use crate::poll::Events;
 use crate::session::{SealedReader, Sealer};
 use crate::tls::{PendingTls, TlsHandshake, TlsIo, TlsUp};
-use crate::{Handler, NetConfig, NetError, PeerId, PeerInfo};
+use crate::{Handler, IoMode, NetConfig, NetError, PeerId, PeerInfo};
 
 /// A running transport: a listening socket and a set of authenticated peers.
 ///
@@ -144,15 +150,13 @@ struct Inner {
     changed: Condvar,
     /// Source of peer ids and handshake tokens; starts at 1, never reused.
     next_id: AtomicU64,
-    /// Drives the listener and the pending inbound handshakes.
-    poller: Poller,
+    /// The I/O threads' pollers and inboxes: the first drives the listener
+    /// and the pending inbound handshakes; on the poller, all of them
+    /// drive established connections (see `io.rs`).
+    io: Vec<IoThread>,
+    /// Round-robin choice of the I/O thread of the next connection.
+    next_io: std::sync::atomic::AtomicUsize,
     stats: Stats,
-}
-
-/// The reading half of an established connection.
-struct Reader {
-    src: SealedReader<TcpStream>,
-    dec: Decoder,
 }
 
 struct State {
@@ -206,6 +210,18 @@ impl Transport {
             .as_socket()
             .ok_or_else(|| io::Error::other("listening socket has no IP address"))?;
         let me = Identity::new(&cfg, local_addr, &cookie);
+        let n = match cfg.io {
+            IoMode::Threads => 1,
+            _ => cfg.io_threads,
+        };
+        let io_threads = (0..n)
+            .map(|_| IoThread::new())
+            .collect::<io::Result<Vec<_>>>()?;
+        if cfg.io == IoMode::Poller && !io_threads[0].poller.supports_level() {
+            return Err(io::Error::other(
+                "IoMode::Poller needs a level-triggered poller (epoll, kqueue)",
+            ));
+        }
         let inner = Arc::new(Inner {
             cfg,
             me,
@@ -221,13 +237,28 @@ impl Transport {
             peers: RwLock::new(HashMap::new()),
             changed: Condvar::new(),
             next_id: AtomicU64::new(1),
-            poller: Poller::new()?,
+            io: io_threads,
+            next_io: Default::default(),
             stats: Stats::default(),
         });
-        let acceptor = inner.clone();
-        inner
-            .spawn("graft-net-accpt", move || acceptor.accept_loop())
-            .map_err(|e| io::Error::other(e.to_string()))?;
+        if inner.cfg.io == IoMode::Poller {
+            let me = inner.clone();
+            if let Err(e) = inner.spawn("graft-net-tick", move || me.tick_loop()) {
+                inner.shutdown();
+                return Err(io::Error::other(e.to_string()));
+            }
+        }
+        for i in 0..inner.io.len() {
+            let me = inner.clone();
+            let name = match inner.cfg.io {
+                IoMode::Threads => "graft-net-accpt",
+                _ => "graft-net-io",
+            };
+            if let Err(e) = inner.spawn(name, move || me.io_loop(i)) {
+                inner.shutdown();
+                return Err(io::Error::other(e.to_string()));
+            }
+        }
         log::debug!(
             "graft-net: node {} listening on {local_addr}",
             inner.me.name
@@ -372,6 +403,16 @@ impl Transport {
     pub fn shutdown(&self) {
         self.inner.shutdown();
     }
+}
+
+/// The error a handler's panic closes its connection with.
+fn panic_reason(p: Box<dyn std::any::Any + Send>) -> NetError {
+    let what = p
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic".into());
+    NetError::HandlerPanicked(what)
 }
 
 impl fmt::Debug for Transport {
@@ -565,25 +606,42 @@ impl Inner {
         Ok(())
     }
 
-    /// The accept thread: accepts, and drives every pending inbound
-    /// handshake (see "Pending handshakes").
-    fn accept_loop(self: &Arc<Self>) {
+    /// I/O thread `index`: the first accepts and drives every pending
+    /// inbound handshake (see "Pending handshakes"); on the poller, each
+    /// also drives its established connections (see `io.rs`).
+    fn io_loop(self: &Arc<Self>, index: usize) {
         const LISTENER: usize = 0;
-        let listener = match self.poller.register(&self.listener, LISTENER) {
-            Ok(l) => l,
-            Err(e) => return log::error!("graft-net: cannot poll the listener: {e}"),
+        let me = &self.io[index];
+        let listener = if index == 0 {
+            match me.poller.register(&self.listener, LISTENER) {
+                Ok(l) => Some(l),
+                Err(e) => return log::error!("graft-net: cannot poll the listener: {e}"),
+            }
+        } else {
+            None
         };
         let mut pending: HashMap<usize, Pending> = HashMap::new();
+        let mut conns: HashMap<usize, IoConn> = HashMap::new();
+        let mut again: Vec<usize> = Vec::new();
         let mut events = Events::new();
         let mut next_key = LISTENER + 1;
+        let scan_every = self.cfg.heartbeat / 4;
+        let mut next_scan = Instant::now() + scan_every;
         loop {
             let now = Instant::now();
-            let timeout = pending
+            let mut timeout = pending
                 .values()
                 .map(|p| p.deadline.saturating_duration_since(now))
                 .min();
+            if !conns.is_empty() {
+                let t = next_scan.saturating_duration_since(now);
+                timeout = Some(timeout.map_or(t, |x| x.min(t)));
+            }
+            if !again.is_empty() {
+                timeout = Some(Duration::ZERO);
+            }
             events.clear();
-            if let Err(e) = self.poller.wait(&mut events, timeout) {
+            if let Err(e) = me.poller.wait(&mut events, timeout) {
                 if e.kind() != io::ErrorKind::Interrupted {
                     log::warn!("graft-net: poll failed: {e}");
                     thread::sleep(Duration::from_millis(20));
@@ -592,12 +650,32 @@ impl Inner {
             if self.state.lock().closed {
                 break;
             }
+            for (conn, reader) in std::mem::take(&mut *me.inbox.lock()) {
+                let key = next_key;
+                next_key += 1;
+                match IoConn::register(conn.clone(), reader, &me.poller, key, self.cfg.heartbeat) {
+                    Ok(c) => {
+                        conns.insert(key, c);
+                    }
+                    Err(e) => {
+                        conn.close(e.into());
+                        self.report_down(&conn);
+                    }
+                }
+            }
+            let revisit = std::mem::take(&mut again);
             for ev in events.iter() {
                 if ev.key == LISTENER {
                     self.accept_all(&mut pending, &mut next_key);
-                    if let Err(e) = listener.rearm() {
+                    if let Some(Err(e)) = listener.as_ref().map(|l| l.rearm()) {
                         log::warn!("graft-net: cannot poll the listener: {e}");
                     }
+                    continue;
+                }
+                if conns.contains_key(&ev.key) {
+                    self.serve(&mut conns, &mut again, ev.key, |c, h| {
+                        c.serve(ev.readable, ev.writable, h)
+                    });
                     continue;
                 }
                 let Some(p) = pending.get_mut(&ev.key) else {
@@ -637,7 +715,21 @@ impl Inner {
                     }
                 }
             }
+            for key in revisit {
+                if conns.contains_key(&key) && !again.contains(&key) {
+                    self.serve(&mut conns, &mut again, key, |c, h| c.serve(true, false, h));
+                }
+            }
             let now = Instant::now();
+            if now >= next_scan {
+                next_scan = now + scan_every;
+                let keys: Vec<usize> = conns.keys().copied().collect();
+                for key in keys {
+                    self.serve(&mut conns, &mut again, key, |c, _| {
+                        c.scan(now).map(|()| false)
+                    });
+                }
+            }
             let expired: Vec<usize> = (pending.iter())
                 .filter(|(_, p)| p.deadline <= now)
                 .map(|(k, _)| *k)
@@ -661,7 +753,78 @@ impl Inner {
             }
         }
         drop(pending);
-        self.stats.pending.store(0, Ordering::Relaxed);
+        if index == 0 {
+            self.stats.pending.store(0, Ordering::Relaxed);
+        }
+        // Closed: nothing joins the inbox any more (see `join_io`).
+        let left = std::mem::take(&mut *me.inbox.lock());
+        let held = conns.into_values().map(|c| c.conn.clone());
+        for conn in held.chain(left.into_iter().map(|(c, _)| c)) {
+            conn.close(NetError::Shutdown);
+            self.report_down(&conn);
+        }
+    }
+
+    /// Runs `f` on connection `key` of this I/O thread, the handler's
+    /// panics caught; a connection that fails is closed, reported down and
+    /// dropped, one with more to read is noted in `again`.
+    fn serve(
+        &self,
+        conns: &mut HashMap<usize, IoConn>,
+        again: &mut Vec<usize>,
+        key: usize,
+        f: impl FnOnce(&mut IoConn, &dyn Handler) -> Result<bool, NetError>,
+    ) {
+        let Some(c) = conns.get_mut(&key) else { return };
+        let handler = &*self.handler;
+        let run = std::panic::AssertUnwindSafe(|| f(c, handler));
+        let res = std::panic::catch_unwind(run).unwrap_or_else(|p| Err(panic_reason(p)));
+        match res {
+            Ok(false) => {}
+            Ok(true) => again.push(key),
+            Err(e) => {
+                let c = conns.remove(&key).expect("present");
+                c.conn.close(e);
+                self.report_down(&c.conn);
+            }
+        }
+    }
+
+    /// The tick thread of the poller: heartbeats (see `io.rs`, "Timers").
+    fn tick_loop(&self) {
+        let tick = self.cfg.heartbeat;
+        loop {
+            {
+                let mut st = self.state.lock();
+                if st.closed {
+                    return;
+                }
+                self.changed.wait_for(&mut st, tick / 4);
+                if st.closed {
+                    return;
+                }
+            }
+            let conns: Vec<Arc<Conn>> = self.peers.read().values().cloned().collect();
+            for c in conns {
+                c.ping_if_due(tick);
+            }
+        }
+    }
+
+    /// Hands an announced connection to an I/O thread (round-robin).
+    fn join_io(&self, conn: &Arc<Conn>, reader: Reader) -> Result<(), NetError> {
+        reader.src.get_ref().set_nonblocking(true)?;
+        let i = self.next_io.fetch_add(1, Ordering::Relaxed) % self.io.len();
+        {
+            // Under `state`, so that nothing joins after shutdown drained it.
+            let st = self.state.lock();
+            if st.closed {
+                return Err(NetError::Shutdown);
+            }
+            self.io[i].inbox.lock().push((conn.clone(), reader));
+        }
+        self.io[i].poller.notify()?;
+        Ok(())
     }
 
     /// Accepts every socket waiting in the backlog.
@@ -726,7 +889,7 @@ impl Inner {
             let registered = stream
                 .set_nonblocking(true)
                 .and_then(|()| stream.set_nodelay(true))
-                .and_then(|()| self.poller.register(stream, *next_key));
+                .and_then(|()| self.io[0].poller.register(stream, *next_key));
             match registered {
                 Ok(sock) => {
                     pending.insert(
@@ -797,9 +960,14 @@ impl Inner {
             }
         };
         Stats::bump(&self.stats.completed);
-        let setup = stream
-            .set_nonblocking(false)
-            .and_then(|()| self.configure(&stream, &hello));
+        let poller = self.cfg.io == IoMode::Poller;
+        let setup = if poller {
+            Ok(())
+        } else {
+            stream
+                .set_nonblocking(false)
+                .and_then(|()| self.configure(&stream, &hello))
+        };
         if let Err(e) = setup {
             return self.abandon(&conn, e.into());
         }
@@ -808,6 +976,15 @@ impl Inner {
             src: SealedReader::new(stream, reader.0, &reader.1).with_plain(reader.2),
             dec: Decoder::new(READ_BUF, self.cfg.wire_frame_max()),
         };
+        if poller {
+            // `peer_up` on this I/O thread, before the first frame is read.
+            self.announce(&conn);
+            if let Err(e) = self.join_io(&conn, reader) {
+                conn.close(e);
+                self.report_down(&conn);
+            }
+            return;
+        }
         let started = self.spawn("graft-net-rd", move || {
             me.announce(&c);
             if let Err(e) = me.start_writer(&c) {
@@ -944,14 +1121,7 @@ impl Inner {
         let read = std::panic::AssertUnwindSafe(|| {
             conn.read_loop(&mut reader.src, &mut reader.dec, &*self.handler)
         });
-        let reason = std::panic::catch_unwind(read).unwrap_or_else(|p| {
-            let what = p
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| p.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "a panic".into());
-            NetError::HandlerPanicked(what)
-        });
+        let reason = std::panic::catch_unwind(read).unwrap_or_else(panic_reason);
         conn.close(reason);
         self.report_down(&conn);
     }
@@ -1095,6 +1265,14 @@ impl Inner {
         };
         drop(stream);
         self.announce(&conn);
+        if self.cfg.io == IoMode::Poller {
+            if let Err(e) = self.join_io(&conn, reader) {
+                conn.close(e.clone());
+                self.report_down(&conn);
+                return Err(e);
+            }
+            return Ok(conn.info.clone());
+        }
         let (c, me) = (conn.clone(), self.clone());
         if let Err(e) = self.spawn("graft-net-rd", move || me.run_reader(c, reader)) {
             conn.close(e.clone());
@@ -1309,8 +1487,10 @@ impl Inner {
         // Refuse connections from now on (on Linux, a connect to a shut-down
         // listener is reset), and wake the poller.
         let _ = self.listener.shutdown(Shutdown::Both);
-        if let Err(e) = self.poller.notify() {
-            log::warn!("graft-net: cannot wake the accept thread: {e}");
+        for t in &self.io {
+            if let Err(e) = t.poller.notify() {
+                log::warn!("graft-net: cannot wake an I/O thread: {e}");
+            }
         }
     }
 }

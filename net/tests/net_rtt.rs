@@ -18,7 +18,8 @@ fn pings_are_echoed_and_only_a_true_echo_is_timed() {
     let tick = Duration::from_millis(50);
     let (a, ra) = start(config("a", "c").heartbeat(tick).heartbeat_misses(100));
     let (mut raw, _) = RawClient::connect(a.local_addr(), &config("raw", "c")).unwrap();
-    ra.wait_for("raw up", |ev| !ups(ev).is_empty());
+    // (`peers` lists it once `peer_up` has returned, after the recorder saw it.)
+    wait_until("raw up", || !a.peers().is_empty());
     let peer = a.peers()[0].id;
     let sender = a.sender(peer).unwrap();
     // Our ping is echoed with its stamp.

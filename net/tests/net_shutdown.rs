@@ -7,7 +7,7 @@ use std::io::Write;
 use std::net::TcpStream;
 
 use common::*;
-use graft_net::NetError;
+use graft_net::{IoMode, NetError};
 
 /// This process's threads, less the handshake key pool's (one per OS
 /// process, started at the first handshake and kept: not a node's).
@@ -52,13 +52,18 @@ fn shutdown_joins_all_threads_and_reports_each_peer_down_once() {
     let _idle = TcpStream::connect(nodes[0].0.local_addr()).unwrap();
     let mut half = TcpStream::connect(nodes[1].0.local_addr()).unwrap();
     half.write_all(&[0, 0, 0, 50, 1, 0, 1]).unwrap();
-    // 1 acceptor per node, 1 reader + 1 writer per peer; the two pending
-    // handshakes hold no thread (the acceptor drives them).
+    // Threads: 1 acceptor per node, 1 reader + 1 writer per peer. Poller:
+    // 1 I/O thread and 1 tick thread per node. The two pending handshakes hold no thread
+    // (the acceptor drives them).
     wait_until("handshakes pending", || {
         nodes[0].0.handshake_stats().pending == 1 && nodes[1].0.handshake_stats().pending == 1
     });
-    wait_until("threads started", || threads() >= before + 3 + 3 * 2 * 2);
-    assert_eq!(threads(), before + 3 + 3 * 2 * 2);
+    let per_node = match config("q", "c").io_mode() {
+        IoMode::Threads => 1 + 2 * 2,
+        _ => 2,
+    };
+    wait_until("threads started", || threads() >= before + 3 * per_node);
+    assert_eq!(threads(), before + 3 * per_node);
 
     for (t, _) in &nodes {
         t.shutdown();

@@ -1,0 +1,236 @@
+//! The poller transport ([`IoMode::Poller`](crate::IoMode)): every socket
+//! of a node on a poller, driven by a small fixed set of I/O threads, no OS
+//! thread per connection.
+//!
+//! # Threads and sockets
+//!
+//! `io_threads` threads (`graft-net-io`), each with its own level-triggered
+//! epoll poller (`poll.rs`). The first also owns the listener and every
+//! pending inbound handshake (`pending.rs`), as the accept thread does in
+//! [`IoMode::Threads`](crate::IoMode). An established connection is owned
+//! by one I/O thread ([`IoConn`]: its decoder, reassembly, read clock and
+//! write state), chosen round-robin; no other thread reads its socket.
+//! Outbound handshakes run on the caller of `connect` (blocking); inbound
+//! ones on the first I/O thread. Either way, once up and announced
+//! (`peer_up`), the connection is handed to its I/O thread through that
+//! thread's inbox (a mutex-guarded list, then a poller notify), which
+//! registers it (readable and writable) and keeps it until it closes.
+//!
+//! # Reading
+//!
+//! A readable event reads the socket into the connection's decoder (through
+//! the record layer, `SealedReader`, non-blocking) and calls
+//! [`Handler::frame`](crate::Handler::frame) for every whole frame, on the
+//! I/O thread: socket to handler with no hand-off. At most `READS_PER_EVENT`
+//! reads per event: a connection with more to give is visited again at the
+//! next turn of the loop (with a zero poll timeout), so one busy peer does
+//! not starve the others. EOF, an error, a bad record or frame: the
+//! connection closes and `peer_down` is reported once, by the I/O thread.
+//!
+//! # Who writes
+//!
+//! The outbox (`conn.rs`) is unchanged; what changes is who holds the write
+//! side of the socket. `Outbox::writer_idle`, read and written only under
+//! the outbox lock, says:
+//!
+//! * `true`: the senders'. A sender that finds traffic sparse writes
+//!   directly with `MSG_DONTWAIT` under the lock (today's fast path); one
+//!   that cannot, or that finds traffic dense, hands the write side over.
+//! * `false`: the I/O thread's. Senders only append (and coalesce); the I/O
+//!   thread's `write_pass` sends its leftover bytes, then takes whole
+//!   batches from the outbox (small frames, fragments round-robin, pings:
+//!   the writer thread's batching), seals them and writes them without
+//!   blocking, until the socket would block or the outbox is empty. Then,
+//!   still under the lock, it sets `writer_idle` and disarms writable
+//!   interest.
+//!
+//! Handing over (`Conn::hand_over`) is: under the lock, clear `writer_idle`
+//! and arm writable interest (`EPOLL_CTL_MOD` with `EPOLLOUT`). Arming is
+//! the wake-up: a writable socket is reported by the next `epoll_wait`
+//! (the I/O thread is woken if it sleeps), so no wake-up is lost, and none
+//! is made when the I/O thread owns the write side already (it will find
+//! the new bytes in its pass). Every change of interest happens under the
+//! lock together with the `writer_idle` change it belongs to
+//! (`Outbox::armed` mirrors it), so a disarm can never overtake the arm of
+//! a later hand-over. The loom model `loom-tests/tests/poller_wake.rs`
+//! checks this protocol: whatever the interleaving, every frame a sender
+//! queued is written.
+//!
+//! A peer that stops reading fills its socket: the pass returns with bytes
+//! left (interest stays armed), the I/O thread serves the others, and the
+//! outbox grows as with the writer thread (busy at `busy_limit`). A write
+//! making no progress for the peer's dead window fails the connection, as
+//! the writer thread's write timeout does.
+//!
+//! # Timers
+//!
+//! No timer per connection: the I/O thread scans its connections every
+//! `heartbeat / 4` (its poll timeout, or sooner for a handshake deadline).
+//! A connection silent for its dead window is closed (`HeartbeatTimeout`);
+//! a reassembly stalled as long fails it. So a dead peer is found within a
+//! quarter tick of the window (the reader thread's read timeout: half a
+//! tick).
+//!
+//! Heartbeats are sent by one more thread per node (`graft-net-tick`),
+//! not by the I/O threads: a handler runs on its I/O thread, and one that
+//! takes long (user code decoding a message, a panic printing its
+//! backtrace) must not silence every peer of that thread, as it would if
+//! the I/O thread sent the pings (seen in `dist_cluster`: a 600 ms panic
+//! report took a node down). Every quarter tick it queues a ping on each
+//! connection that sent none for a tick, through the ordinary send path,
+//! so it is written directly (a sender's `MSG_DONTWAIT` write) while the
+//! write side is the senders', which it is whenever nothing is queued.
+//! A write pass also sends a ping when it has written for a tick without
+//! one (dense traffic), as the writer thread does.
+//!
+//! # Shutdown
+//!
+//! Shutdown closes every connection (the sockets are shut down) and
+//! notifies every poller; an I/O thread that sees the transport closed
+//! reports `peer_down` for every connection it holds or has in its inbox
+//! (nothing is added to an inbox once closed: the hand-over checks under
+//! the transport's lock) and returns; shutdown joins it.
+
+use std::net::TcpStream;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use crate::conn::{Conn, WriteState};
+use crate::frag::Reassembly;
+use crate::frame::{Decoder, Fill};
+use crate::poll::{Poller, Registered};
+use crate::session::SealedReader;
+use crate::{Handler, NetError};
+
+/// Reads per readable event at most (see "Reading").
+const READS_PER_EVENT: usize = 4;
+
+/// The reading half of an established connection.
+pub(crate) struct Reader {
+    pub(crate) src: SealedReader<TcpStream>,
+    pub(crate) dec: Decoder,
+}
+
+/// One I/O thread's poller and inbox.
+pub(crate) struct IoThread {
+    pub(crate) poller: Poller,
+    /// Connections handed to this thread, not registered yet.
+    pub(crate) inbox: Mutex<Vec<(Arc<Conn>, Reader)>>,
+}
+
+impl IoThread {
+    pub(crate) fn new() -> std::io::Result<IoThread> {
+        Ok(IoThread {
+            poller: Poller::new()?,
+            inbox: Mutex::new(Vec::new()),
+        })
+    }
+}
+
+/// The socket of a connection, registered by its own descriptor (the one
+/// senders change the interest of).
+pub(crate) struct ConnFd(Arc<Conn>);
+
+impl AsFd for ConnFd {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.0.stream().as_fd()
+    }
+}
+
+/// An established connection on its I/O thread.
+pub(crate) struct IoConn {
+    pub(crate) conn: Arc<Conn>,
+    reader: Reader,
+    parts: Reassembly,
+    last_rx: Instant,
+    write: WriteState,
+    _reg: Registered<ConnFd>,
+}
+
+impl IoConn {
+    /// Registers `conn` on `poller` under `key` (readable and writable:
+    /// the first event runs a write pass, which parks the write side).
+    pub(crate) fn register(
+        conn: Arc<Conn>,
+        reader: Reader,
+        poller: &Poller,
+        key: usize,
+        tick: Duration,
+    ) -> std::io::Result<IoConn> {
+        conn.link(poller.clone(), key);
+        let reg = poller.register_with(ConnFd(conn.clone()), key, true)?;
+        Ok(IoConn {
+            parts: Reassembly::new(conn.max_message()),
+            conn,
+            reader,
+            last_rx: Instant::now(),
+            write: WriteState::new(tick),
+            _reg: reg,
+        })
+    }
+
+    /// Serves one event; `Ok(true)`: there may be more to read (visit
+    /// again soon).
+    pub(crate) fn serve(
+        &mut self,
+        readable: bool,
+        writable: bool,
+        handler: &dyn Handler,
+    ) -> Result<bool, NetError> {
+        if self.conn.is_closed() {
+            return Err(self.conn.reason());
+        }
+        let mut more = false;
+        if readable {
+            more = self.read(handler)?;
+        }
+        if writable {
+            self.conn.write_pass(&mut self.write)?;
+        }
+        Ok(more)
+    }
+
+    fn read(&mut self, handler: &dyn Handler) -> Result<bool, NetError> {
+        let (c, r) = (&self.conn, &mut self.reader);
+        for _ in 0..READS_PER_EVENT {
+            c.deliver(&mut r.dec, &mut self.parts, self.last_rx, handler)?;
+            match r.dec.read_from(&mut r.src)? {
+                Fill::Closed => return Err(NetError::Closed),
+                Fill::Data => self.last_rx = Instant::now(),
+                Fill::Again => {}
+                // Non-blocking: would block.
+                Fill::TimedOut => return Ok(false),
+            }
+        }
+        c.deliver(&mut r.dec, &mut self.parts, self.last_rx, handler)?;
+        Ok(true)
+    }
+
+    /// The periodic check (see "Timers").
+    pub(crate) fn scan(&mut self, now: Instant) -> Result<(), NetError> {
+        if self.conn.is_closed() {
+            return Err(self.conn.reason());
+        }
+        let dead = self.conn.dead_after();
+        let silent = now.saturating_duration_since(self.last_rx);
+        if silent >= dead {
+            return Err(NetError::HeartbeatTimeout(silent));
+        }
+        if self.parts.in_progress() > 0 {
+            self.parts.check_stalled(now, dead)?;
+        }
+        if self.write.stuck() {
+            let stuck = now.saturating_duration_since(self.write.progress);
+            if stuck >= dead {
+                return Err(NetError::Io(Arc::new(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("a write made no progress for {stuck:?}"),
+                ))));
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,122 @@
+//! The poller transport ([`IoMode::Poller`]) explicitly, whatever
+//! `GRAFT_NET_IO` says: a peer that stops reading does not stall the
+//! others; heartbeats keep idle peers up and find silent ones; several I/O
+//! threads share the peers.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use graft_net::{IoMode, NetError, RawClient};
+
+fn poller(name: &str) -> graft_net::NetConfig {
+    config(name, "c").io(IoMode::Poller)
+}
+
+#[test]
+fn a_peer_that_stops_reading_does_not_stall_the_others() {
+    init_log();
+    let (hub, rh) = start(poller("hub"));
+    let (b, rb) = start(poller("b"));
+    // `slow` completes the handshake, then never reads.
+    let (_slow, _) = RawClient::connect(hub.local_addr(), &config("slow", "c")).unwrap();
+    wait_until("slow up", || hub.peer_named("slow").is_some());
+    let slow = hub.sender(hub.peer_named("slow").unwrap().id).unwrap();
+    // Far more than the socket buffers hold: the rest stays queued.
+    let chunk = vec![7u8; 60 << 10];
+    for _ in 0..256 {
+        slow.send(50, &chunk).unwrap();
+    }
+    wait_until("the slow peer's socket full", || {
+        let q = slow.queued_bytes();
+        std::thread::sleep(Duration::from_millis(20));
+        q > 0 && q == slow.queued_bytes()
+    });
+
+    // Round trips with b meanwhile, on the same I/O thread as `slow`.
+    let pb = hub.connect(b.local_addr()).unwrap();
+    wait_until("b up", || b.peers().len() == 1);
+    let pa = b.peers()[0].clone();
+    for i in 0..200u32 {
+        hub.send(pb.id, 51, &i.to_be_bytes()).unwrap();
+        rb.wait_for("ping", |ev| frames_of(ev, pa.id) == i as usize + 1);
+        b.send(pa.id, 52, &i.to_be_bytes()).unwrap();
+        rh.wait_for("pong", |ev| frames_of(ev, pb.id) == i as usize + 1);
+    }
+    assert!(
+        slow.queued_bytes() > 0,
+        "the slow peer was meant to be stuck"
+    );
+    assert!(hub.peer_named("slow").is_some());
+    hub.shutdown();
+    b.shutdown();
+}
+
+#[test]
+fn heartbeats_keep_idle_peers_up_and_find_silent_ones() {
+    init_log();
+    // Ticks long enough that a loaded machine does not stall a thread for
+    // a whole window (this test is about the mechanism, not the speed).
+    let tick = Duration::from_millis(100);
+    let (a, ra) = start(poller("a").heartbeat(tick).heartbeat_misses(3));
+    let (b, rb) = start(poller("b").heartbeat(tick).heartbeat_misses(3));
+    let pb = a.connect(b.local_addr()).unwrap();
+    let since = Instant::now();
+    let (mut mute, _) =
+        RawClient::connect(a.local_addr(), &config("mute", "c").heartbeat(tick)).unwrap();
+    // The node's heartbeats reach the mute peer (a ping: tag and stamp).
+    let (kind, _, payload) = mute.recv_frame(GUARD).unwrap().expect("a heartbeat");
+    assert_eq!((kind, payload.len()), (4, 9));
+    ra.wait_for("mute declared dead", |ev| {
+        downs(ev).iter().any(|(p, _)| p.name == "mute")
+    });
+    let window = tick * 3;
+    assert!(since.elapsed() >= window - Duration::from_millis(20));
+    match &ra.downs()[0] {
+        (p, NetError::HeartbeatTimeout(silent)) if p.name == "mute" => {
+            assert!(*silent >= window, "{silent:?}")
+        }
+        d => panic!("expected mute's heartbeat timeout, got {d:?}"),
+    }
+    // Ten windows with no user traffic: b stays up, and the round trip is
+    // measured from the heartbeats.
+    std::thread::sleep(tick * 15);
+    assert_eq!(ra.downs().len(), 1, "{:?}", ra.downs());
+    assert!(rb.downs().is_empty(), "{:?}", rb.downs());
+    assert!(a.sender(pb.id).unwrap().heartbeat_rtt().is_some());
+    a.send(pb.id, 50, b"still here").unwrap();
+    rb.wait_for("frame", |ev| count_frames(ev) == 1);
+    a.shutdown();
+    b.shutdown();
+    assert_lifecycles(&ra.events());
+}
+
+#[test]
+fn several_io_threads_share_the_peers_and_large_messages_arrive_whole() {
+    init_log();
+    let (hub, rh) = start(poller("hub").io_threads(3));
+    let peers: Vec<_> = (0..5)
+        .map(|i| start(poller(&format!("p{i}")).io_threads(2)))
+        .collect();
+    let big: Vec<u8> = (0..(3 << 20) + 17).map(|i: u32| (i % 251) as u8).collect();
+    for (t, _) in &peers {
+        let p = t.connect(hub.local_addr()).unwrap();
+        let s = t.sender(p.id).unwrap();
+        s.send_keyed(1, 60, big.clone(), false).unwrap();
+        s.send_keyed(1, 61, b"after".to_vec(), false).unwrap();
+    }
+    rh.wait_for("all frames", |ev| count_frames(ev) == 10);
+    for p in hub.peers() {
+        let f = rh.frames_from(p.id);
+        assert_eq!(f.len(), 2);
+        assert_eq!((f[0].0, f[0].1.len()), (60, big.len()));
+        assert!(f[0].1 == big);
+        assert_eq!(f[1], (61, b"after".to_vec()));
+    }
+    hub.shutdown();
+    for (t, _) in &peers {
+        t.shutdown();
+    }
+    assert_eq!(rh.downs().len(), 5);
+}
