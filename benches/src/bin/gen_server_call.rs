@@ -36,7 +36,7 @@ fn main() {
     };
     let node = Node::start(NodeConfig::new("127.0.0.1:0")).expect("node starts");
     let mut rounds: Vec<f64> = node
-        .run(|| {
+        .run(move || {
             let server = gen_server::start(Pong(0)).expect("server starts");
             for _ in 0..10_000 {
                 server.call(()).expect("warm-up call");
