@@ -67,12 +67,12 @@ pub(crate) struct Scheduler {
     pub(crate) pinned: Vec<Mutex<VecDeque<Runnable>>>,
     /// Length of each pinned queue, read without its lock.
     pub(crate) pinned_len: Vec<AtomicUsize>,
-    /// Per worker (spares included): its run word, bumped at every process
-    /// switch and marked with `IDLE_BIT` while it waits for work (read by
-    /// the monitors: `rescue_stuck` and `sysmon.rs`).
+    /// Per worker (spares included): its run word ([`run_word`]: the pid
+    /// serial of the process it runs and a count of runs, so the word
+    /// changes at every process switch), marked with `IDLE_BIT` while it
+    /// waits for work (read by the monitors: `rescue_stuck`, `sysmon.rs`
+    /// and the sampler in `stats.rs`). One store per resume.
     pub(crate) ticks: Vec<CachePadded<AtomicU64>>,
-    /// Per worker: the pid serial of the process it runs or ran last.
-    pub(crate) running: Vec<CachePadded<AtomicU64>>,
     /// Workers made at start; the slots after them are spares.
     pub(crate) primaries: usize,
     pub(crate) idle: Idle,
@@ -82,15 +82,33 @@ pub(crate) struct Scheduler {
 /// Set in a worker's run word while it waits for work.
 pub(crate) const IDLE_BIT: u64 = 1 << 63;
 
+/// Low bits of a run word that count runs; the pid serial sits above them.
+/// The count only has to make two consecutive runs of one process differ:
+/// a monitor that saw the same word at samples a `long_schedule` apart,
+/// while the count wrapped exactly in between at every sample, is out of
+/// reach. Serials keep 47 bits (past 2^47 spawns, about four years at a
+/// million a second, a report may name a process by a truncated serial).
+const RUN_BITS: u32 = 16;
+
+/// The run word of a worker running the process with pid serial `serial`
+/// for its worker's `runs`-th run (never has `IDLE_BIT`).
+#[inline(always)]
+pub(crate) fn run_word(serial: u64, runs: u64) -> u64 {
+    ((serial << RUN_BITS) | (runs & ((1 << RUN_BITS) - 1))) & !IDLE_BIT
+}
+
+/// The pid serial of the process a run word names.
+#[inline]
+pub(crate) fn run_serial(word: u64) -> u64 {
+    (word & !IDLE_BIT) >> RUN_BITS
+}
+
 impl Scheduler {
     /// A scheduler for `primaries` workers; `stealers` has one entry per
     /// worker slot, spares included.
     pub(crate) fn new(stealers: Vec<Stealer<Runnable>>, primaries: usize) -> Scheduler {
         let n = stealers.len();
         Scheduler {
-            running: (0..n)
-                .map(|_| CachePadded::new(AtomicU64::new(0)))
-                .collect(),
             primaries,
             injector: Injector::new(),
             stealers,

@@ -172,7 +172,6 @@ impl NodeStats {
 /// The sampler thread of one node: every [`SAMPLE_EVERY`], charge the time
 /// since the last look to what each worker runs. Ends with the node.
 pub(crate) fn run_sampler(node: std::sync::Weak<NodeShared>) {
-    let r = std::sync::atomic::Ordering::Relaxed;
     let mut last = Instant::now();
     loop {
         std::thread::sleep(SAMPLE_EVERY);
@@ -185,26 +184,21 @@ pub(crate) fn run_sampler(node: std::sync::Weak<NodeShared>) {
         let dt = (now - last).min(SAMPLE_EVERY * 10).as_nanos() as u64;
         last = now;
         let st = &n.stats;
-        // What each worker runs: the system monitor's words (sysmon.rs),
-        // which the worker writes once a run (the pid, then the run word),
-        // read as the monitor reads them: run word, pid, run word. A worker
-        // is busy from a run's start until it waits for work (`IDLE_BIT`);
-        // a pid read between two equal run words is that run's (racing a
-        // switch, so rarely another's that a sample may charge the
-        // neighbour: statistics, not bookkeeping).
+        // What each worker runs: the system monitor's run word (sched.rs,
+        // `run_word`), which the worker writes once a run and which names
+        // the pid it runs. A worker is busy from a run's start until it
+        // waits for work (`IDLE_BIT`).
         let sched = &n.sched;
         for w in 0..sched.workers() {
             let v = sched.ticks[w].load(std::sync::atomic::Ordering::Acquire);
             if v & crate::sched::IDLE_BIT != 0 {
                 continue;
             }
-            let serial = sched.running[w].load(r);
             if let Some(b) = st.busy.get(w) {
                 bump(b, dt);
             }
-            if sched.ticks[w].load(std::sync::atomic::Ordering::Acquire) == v {
-                n.table.with(serial, |p| bump(&p.acct.run_ns, dt));
-            }
+            let serial = crate::sched::run_serial(v);
+            n.table.with(serial, |p| bump(&p.acct.run_ns, dt));
         }
         bump(&st.sampled, dt);
     }

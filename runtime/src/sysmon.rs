@@ -389,12 +389,9 @@ impl Sysmon {
                 // Same run as at the last sample, and still running.
                 let ran = now - w.since;
                 if !w.flagged && ran >= report.map_or(threshold, |r| r.min(threshold)) {
-                    // Read while the run goes on: the pid of this run.
-                    let serial = sched.running[i].load(Ordering::Relaxed);
-                    if sched.ticks[i].load(Ordering::Acquire) == v {
-                        w.flagged = true;
-                        w.serial = serial;
-                    }
+                    // The run word names the pid of this run.
+                    w.flagged = true;
+                    w.serial = crate::sched::run_serial(v);
                 }
                 if now - w.after < threshold {
                     continue;
@@ -403,7 +400,7 @@ impl Sysmon {
                     w.long = true;
                     if !w.flagged {
                         // For the log naming who holds the workers.
-                        w.serial = sched.running[i].load(Ordering::Relaxed);
+                        w.serial = crate::sched::run_serial(v);
                     }
                     log::debug!(
                         "graft: worker {i} has run one process for over {threshold:?}: \

@@ -1,5 +1,6 @@
 //! ring: 3,000 processes in a ring, a token around it 100 times.
-//! Figures: ns_per_hop, setup_ms_total.
+//! Figures: ns_per_hop, setup_ms_total. `RING_M` sets the laps (for
+//! instruction counts under callgrind).
 
 use graft::*;
 use graft_benches::report;
@@ -7,6 +8,13 @@ use std::time::Instant;
 
 const RING_N: usize = 3_000;
 const RING_M: u64 = 100;
+
+fn laps() -> u64 {
+    std::env::var("RING_M")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(RING_M)
+}
 
 fn main() {
     env_logger::init();
@@ -31,7 +39,7 @@ fn main() {
             send(p, pids[(i + 1) % RING_N]);
         }
         let t1 = Instant::now();
-        let hops = RING_N as u64 * RING_M;
+        let hops = RING_N as u64 * laps();
         send(pids[0], hops);
         assert_eq!(expect::<&str>(), "ring_done");
         let t2 = Instant::now();

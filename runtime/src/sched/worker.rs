@@ -5,7 +5,7 @@ use crate::coroutine::{Step, Suspend};
 use crate::loom::Ordering;
 use crate::node::NodeShared;
 use crate::process::Process;
-use crate::sched::{Runnable, Scheduler, IDLE_BIT};
+use crate::sched::{run_word, Runnable, Scheduler};
 use crossbeam_deque::{Steal, Worker};
 use std::cell::Cell;
 use std::sync::Arc;
@@ -298,16 +298,12 @@ impl WorkerCtx {
         // earliest below (after which `p` is not used).
         let p: &Process = unsafe { r.process() };
         let sched = self.sched();
-        // What the system monitor watches (`sysmon.rs`): only this worker
-        // writes its run word and running pid, plain stores.
+        // What the system monitor and the sampler watch (`sysmon.rs`,
+        // `stats.rs`): only this worker writes its run word, which names
+        // the process it runs: one plain store per resume.
         let runs = self.runs.get().wrapping_add(1);
         self.runs.set(runs);
-        // The pid first: the monitor reads the run word, then the pid, then
-        // the run word again (Release/Acquire: a pid read between two equal
-        // run words is that run's, or, racing a switch, so rarely another's
-        // that a report may name the wrong one).
-        sched.running[self.index].store(p.pid.serial(), Ordering::Relaxed);
-        sched.ticks[self.index].store(runs & !IDLE_BIT, Ordering::Release);
+        sched.ticks[self.index].store(run_word(p.pid.serial(), runs), Ordering::Relaxed);
         p.state.start();
         self.current.set(p);
         loop {
