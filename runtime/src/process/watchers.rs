@@ -155,7 +155,7 @@ mod tests {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
-            let grow = model.len() < 100 && (x % 3 != 0 || model.is_empty());
+            let grow = model.len() < 100 && (!x.is_multiple_of(3) || model.is_empty());
             if grow {
                 next += 1;
                 w.push((r(next), p(next)));
