@@ -235,15 +235,7 @@ impl Overlay {
 
     /// The members that are up, sorted.
     pub(crate) fn members(&self) -> Vec<NodeId> {
-        let st = self.st.lock();
-        let mut v: Vec<NodeId> = st
-            .members
-            .iter()
-            .filter(|(_, k)| k.up)
-            .map(|(id, _)| *id)
-            .collect();
-        v.sort();
-        v
+        self.st.lock().up_members()
     }
 
     pub(crate) fn is_member(&self, id: NodeId) -> bool {
@@ -256,13 +248,7 @@ impl Overlay {
 
     pub(crate) fn view(&self, n: &NodeShared) -> OverlayView {
         let st = self.st.lock();
-        let mut members: Vec<NodeId> = st
-            .members
-            .iter()
-            .filter(|(_, k)| k.up)
-            .map(|(id, _)| *id)
-            .collect();
-        members.sort();
+        let members = st.up_members();
         OverlayView {
             active: st.active.clone(),
             passive: st.passive.clone(),

@@ -174,6 +174,18 @@ impl State {
         self.members.get(&id).is_some_and(|k| k.up)
     }
 
+    /// The members that are up, sorted.
+    pub(super) fn up_members(&self) -> Vec<NodeId> {
+        let mut v: Vec<NodeId> = self
+            .members
+            .iter()
+            .filter(|(_, k)| k.up)
+            .map(|(id, _)| *id)
+            .collect();
+        v.sort();
+        v
+    }
+
     pub(super) fn all(&self) -> Vec<Member> {
         let mut v: Vec<Member> = self.members.values().map(Known::wire).collect();
         v.push(self.me.clone());
