@@ -583,12 +583,7 @@ impl StackPool {
     /// Starts the refill thread's trim ticks (once past the mark).
     #[cold]
     fn want_trim(&self) {
-        let mut r = self.refill.lock();
-        if !r.trim {
-            r.trim = true;
-            drop(r);
-            self.refill_cv.notify_one();
-        }
+        self.ask_refill_thread(|r| &mut r.trim);
     }
 
     /// One trim tick: in every shard, the hot stacks that sat unused since
@@ -626,9 +621,15 @@ impl StackPool {
     }
 
     fn want_refill(&self) {
+        self.ask_refill_thread(|r| &mut r.wanted);
+    }
+
+    /// Sets one of the refill thread's flags, waking it if it was clear.
+    fn ask_refill_thread(&self, flag: impl FnOnce(&mut Refill) -> &mut bool) {
         let mut r = self.refill.lock();
-        if !r.wanted {
-            r.wanted = true;
+        let f = flag(&mut r);
+        if !*f {
+            *f = true;
             drop(r);
             self.refill_cv.notify_one();
         }
