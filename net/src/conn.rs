@@ -867,11 +867,11 @@ impl Conn {
                 match self.take_work(&mut out, w) {
                     Take::Closed => return Ok(()),
                     Take::Work => {}
-                    Take::Idle(due) => {
+                    // No ping from here: the tick thread pings (see `io.rs`).
+                    Take::Idle(_) => {
                         out.idle_since = Instant::now();
                         out.writer_idle = true;
                         self.arm(&mut out, link, false);
-                        let _ = due; // the tick thread pings (see `io.rs`)
                         return Ok(());
                     }
                 }

@@ -591,7 +591,7 @@ pub fn request<M: Message, R: Message>(
 pub fn reply<R: Message>(to: Alias, value: R) {
     let me = current("reply");
     let n = node();
-    let removed = { me.meta.lock().watchers.remove_of(to.r, to.owner) };
+    let removed = me.meta.lock().watchers.remove_of(to.r, to.owner);
     if removed && !n.is_local(to.owner) {
         n.dist.forget_watched(to.owner.node(), to.r);
     }

@@ -190,7 +190,7 @@ pub(crate) fn run_sampler(node: std::sync::Weak<NodeShared>) {
         // waits for work (`IDLE_BIT`).
         let sched = &n.sched;
         for w in 0..sched.workers() {
-            let v = sched.ticks[w].load(std::sync::atomic::Ordering::Acquire);
+            let v = sched.ticks[w].load(std::sync::atomic::Ordering::Relaxed);
             if v & crate::sched::IDLE_BIT != 0 {
                 continue;
             }

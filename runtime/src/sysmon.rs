@@ -369,7 +369,7 @@ impl Sysmon {
             let mut any_long = false;
             let mut short_of_spares = false;
             for (i, w) in watch.iter_mut().enumerate() {
-                let v = sched.ticks[i].load(Ordering::Acquire);
+                let v = sched.ticks[i].load(Ordering::Relaxed);
                 if v != w.last || v & IDLE_BIT != 0 {
                     if w.flagged {
                         self.run_ended(node, w, now);
