@@ -27,6 +27,17 @@
 //! answers with a newer incarnation, so a false suspicion (a partition that
 //! healed) is undone. [`nodes`](crate::nodes) lists the members that are up.
 //!
+//! # Known defect
+//!
+//! Messages can be lost while connections settle: a steady stream between
+//! two nodes sent right after the cluster formed lost 211 of 2,000
+//! messages in one CI run (`dist_overlay`'s ignored
+//! `no_message_is_lost_or_reordered_between_pairs`), with no error to the
+//! sender. A connection that carries user traffic is closed with frames in
+//! flight (by eviction, the idle rules, or as the loser of a simultaneous
+//! connect). Until that test passes every run, use `Partial` only where a
+//! lost message is tolerable.
+//!
 //! # Failure detection
 //!
 //! The connection to an active neighbour is watched by the transport (a

