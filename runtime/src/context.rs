@@ -78,6 +78,16 @@ pub(crate) fn current(call: &'static str) -> &'static Process {
     }
 }
 
+/// [`current`] without its doom check, for a call whose first step is a
+/// drain ([`Process::drain`] makes the same check on the same flag).
+#[inline]
+pub(crate) fn current_draining(call: &'static str) -> &'static Process {
+    match process() {
+        Some(p) => p,
+        None => not_in_process(call),
+    }
+}
+
 #[cold]
 #[inline(never)]
 pub(crate) fn not_in_process(call: &'static str) -> ! {

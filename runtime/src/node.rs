@@ -517,6 +517,7 @@ impl NodeShared {
             proc.limit = Some(Box::new(crate::process::Limit::new(max, policy)));
             // Kept set: each drain records the private queue's length.
             proc.has_signal = AtomicBool::new(true);
+            proc.attend(crate::process::ATTEND_LIMITED);
         }
         let p = Arc::new(proc);
         let raw: *const Process = Arc::as_ptr(&p);

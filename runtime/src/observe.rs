@@ -247,9 +247,11 @@ pub fn trace(pid: Pid, on: bool) -> bool {
             match (was, on) {
                 (false, true) => {
                     TRACED.fetch_add(1, Relaxed);
+                    p.attend(crate::process::ATTEND_TRACED);
                 }
                 (true, false) => {
                     TRACED.fetch_sub(1, Relaxed);
+                    p.unattend(crate::process::ATTEND_TRACED);
                 }
                 _ => {}
             }
@@ -257,8 +259,9 @@ pub fn trace(pid: Pid, on: bool) -> bool {
         .is_some()
 }
 
-/// A traced process ended: it no longer counts.
+/// A process ended: if traced (or doomed, or limited) it no longer counts.
 pub(crate) fn untrace_exited(p: &crate::process::Process) {
+    p.unattend_all();
     // A load first: every exit passes here, and a swap is a locked RMW.
     if p.acct.traced.load(Relaxed) && p.acct.traced.swap(false, Relaxed) {
         TRACED.fetch_sub(1, Relaxed);

@@ -32,6 +32,30 @@ use std::any::{Any, TypeId};
 use std::collections::VecDeque;
 use value::Value;
 
+/// Reasons, in this OS process, that a send must take the careful path
+/// (`api::send`): a traced process, a doomed one, one with a mailbox limit
+/// (each counted once per process, see [`Process::attend`]), and a node
+/// whose system monitor watches long message queues. While it is 0 a local
+/// send is the plain push and wake, behind this one load: the tracing,
+/// doom, limit and long-queue checks each cost a load and a branch per
+/// send otherwise (see `docs/decisions.md`, h-obs).
+pub(crate) static ATTENTION: std::sync::atomic::AtomicUsize =
+    std::sync::atomic::AtomicUsize::new(0);
+
+/// The process is traced (`observe::trace`).
+pub(crate) const ATTEND_TRACED: u8 = 1;
+/// The process acted on an exit signal and must unwind at each runtime call
+/// (see [`Local::doomed`]).
+pub(crate) const ATTEND_DOOMED: u8 = 2;
+/// The process has a mailbox limit.
+pub(crate) const ATTEND_LIMITED: u8 = 4;
+
+/// Whether sends must take the careful path now (see [`ATTENTION`]).
+#[inline(always)]
+pub(crate) fn attention() -> bool {
+    ATTENTION.load(std::sync::atomic::Ordering::Relaxed) != 0
+}
+
 /// One item in a mailbox (an implementation detail that receive clauses see).
 #[doc(hidden)]
 pub enum Mail {
@@ -349,6 +373,8 @@ pub(crate) struct Process {
     /// (the process keeps `has_signal` set until it falls back under the
     /// subscriber's off threshold).
     lmq_long: AtomicBool,
+    /// What this process counts in [`ATTENTION`] (`ATTEND_*` bits).
+    attend: std::sync::atomic::AtomicU8,
     /// About where the process's stack pointer was when it last suspended
     /// (0: never): a waker prefetches there, see [`Process::prefetch_stack`].
     parked_sp: AtomicUsize,
@@ -401,6 +427,7 @@ impl Process {
             initial_call: || "?",
             limit: None,
             lmq_long: AtomicBool::new(false),
+            attend: std::sync::atomic::AtomicU8::new(0),
             parked_sp: AtomicUsize::new(0),
             acct: crate::stats::Acct::default(),
             coro: UnsafeCell::new(None),
@@ -438,6 +465,42 @@ impl Process {
     pub(crate) unsafe fn local(&self) -> &mut Local {
         // SAFETY: exclusive access is the caller's precondition.
         self.local.with_mut(|p| unsafe { &mut *p })
+    }
+
+    /// Counts `why` (an `ATTEND_*` bit) in [`ATTENTION`], once per process.
+    pub(crate) fn attend(&self, why: u8) {
+        if self
+            .attend
+            .fetch_or(why, std::sync::atomic::Ordering::Relaxed)
+            & why
+            == 0
+        {
+            ATTENTION.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// Stops counting `why` in [`ATTENTION`].
+    pub(crate) fn unattend(&self, why: u8) {
+        if self
+            .attend
+            .fetch_and(!why, std::sync::atomic::Ordering::Relaxed)
+            & why
+            != 0
+        {
+            ATTENTION.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// The process ended (or its entry is dropped): it counts for nothing.
+    pub(crate) fn unattend_all(&self) {
+        // A load first: every exit passes here, and a swap is a locked RMW.
+        if self.attend.load(std::sync::atomic::Ordering::Relaxed) != 0 {
+            let was = self.attend.swap(0, std::sync::atomic::Ordering::Relaxed);
+            ATTENTION.fetch_sub(
+                was.count_ones() as usize,
+                std::sync::atomic::Ordering::Relaxed,
+            );
+        }
     }
 
     /// The running process is about to suspend, with its stack at `sp`.
@@ -495,6 +558,15 @@ impl Process {
     #[inline(always)]
     pub(crate) fn deliver_or_return(&self, mail: Mail) -> Result<bool, Mail> {
         self.deliver_watched(mail, None)
+    }
+
+    /// [`Process::deliver_watched`] for a message (not a signal nor a
+    /// notification) while no process anywhere asks for attention (see
+    /// [`ATTENTION`]): none has a limit, no node watches queue lengths.
+    #[inline(always)]
+    pub(crate) fn deliver_plain(&self, mail: Mail) -> Result<bool, Mail> {
+        self.mailbox.push(mail)?;
+        Ok(self.state.wake())
     }
 
     /// [`Process::deliver_or_return`], with the mailbox limit applied and,
@@ -669,6 +741,7 @@ impl Process {
     /// marks it doomed first (see [`Local::doomed`]); `local` is its own.
     fn act_on_signal(&self, local: &mut Local, reason: ExitReason) -> ! {
         local.doomed = Some(Box::new(reason.clone()));
+        self.attend(ATTEND_DOOMED);
         self.has_signal.store(true, Ordering::Relaxed);
         std::panic::resume_unwind(ExitUnwind::signal(reason))
     }
@@ -732,6 +805,8 @@ impl Process {
 
 impl Drop for Process {
     fn drop(&mut self) {
+        // Dropped without an exit (node shutdown): what it counted goes.
+        self.unattend_all();
         // A process dropped before its body returned (node shutdown): mark it,
         // so its body lets corosensei's forced unwind through, then unwind it.
         // SAFETY: `&mut self`: no other reference exists.

@@ -180,7 +180,7 @@ impl Scheduler {
                 // It runs next on this core: have its stack ready.
                 // SAFETY: `p` was just made from a live `&Process`.
                 unsafe { p.process() }.prefetch_stack();
-                if let Some(old) = self.lifo[w.index].put(p) {
+                if let Some(old) = w.lifo().put(p) {
                     // Woken before `p`: it waits behind what waits already.
                     self.injector.push(old);
                     self.idle.notify_one();

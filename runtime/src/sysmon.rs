@@ -202,6 +202,15 @@ pub(crate) struct Sysmon {
     cv: Condvar,
 }
 
+impl Drop for Sysmon {
+    fn drop(&mut self) {
+        // The node goes: its watch on queue lengths no longer counts.
+        if self.lmq_on.load(Ordering::Relaxed) != 0 {
+            crate::process::ATTENTION.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+}
+
 impl Sysmon {
     pub(crate) fn new(
         long_schedule: Duration,
@@ -229,7 +238,19 @@ impl Sysmon {
             .map_or((0, 0), |(on, off)| (on.max(1), off.min(on)));
         let mut g = self.subscriber.lock();
         self.lmq_off.store(off, Ordering::Relaxed);
+        let was = self.lmq_on.load(Ordering::Relaxed);
         self.lmq_on.store(on, Ordering::Relaxed);
+        // Senders look at queue lengths only while some node watches them
+        // (`process::ATTENTION`); under the lock, so transitions pair up.
+        match (was, on) {
+            (0, 1..) => {
+                crate::process::ATTENTION.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            (1.., 0) => {
+                crate::process::ATTENTION.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            _ => {}
+        }
         std::mem::replace(&mut *g, s)
     }
 

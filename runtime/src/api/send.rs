@@ -65,7 +65,10 @@ pub fn send<M: Message>(to: Pid, msg: M) {
         log::warn!("graft: send to {to} outside a process: message dropped");
         return;
     };
-    if crate::observe::tracing() {
+    // One load decides: while nothing in this OS process is traced, doomed,
+    // limited or watched for long queues, a local send is push and wake.
+    let careful = crate::process::attention();
+    if careful && crate::observe::tracing() {
         crate::observe::trace_sent(to, std::any::type_name::<M>());
     }
     if !w.node.is_local(to) {
@@ -80,7 +83,7 @@ pub fn send<M: Message>(to: Pid, msg: M) {
     let Some(me) = (unsafe { w.current.get().as_ref() }) else {
         return w.node.deliver(to, mail);
     };
-    if me.has_signal.load(Ordering::Relaxed) {
+    if careful && me.has_signal.load(Ordering::Relaxed) {
         // SAFETY: `me` is the running process.
         unsafe { me.check_doomed() };
     }
@@ -93,7 +96,12 @@ pub fn send<M: Message>(to: Pid, msg: M) {
             None => return w.node.deliver(to, mail),
         },
     };
-    match target.deliver_watched(mail, Some(&w.node)) {
+    let delivered = if careful {
+        target.deliver_watched(mail, Some(&w.node))
+    } else {
+        target.deliver_plain(mail)
+    };
+    match delivered {
         Ok(true) => w.node.sched.wake_from(Some(w), target),
         Ok(false) => {}
         Err(m) => crate::node::drop_undelivered(to, m),

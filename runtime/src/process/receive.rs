@@ -5,7 +5,7 @@
 //! so matching is static dispatch with no allocation. Each wake-up scans only
 //! the mail that arrived since the last scan of the same receive.
 
-use crate::context::{current, park_current};
+use crate::context::{current, current_draining, park_current};
 use crate::process::Mail;
 use crate::sched::timer::Action;
 use crate::Message;
@@ -407,7 +407,8 @@ fn receive_until<R, C: Clauses<R>>(
     after: Mark,
     deadline: Option<Instant>,
 ) -> Option<R> {
-    let me = current("receive");
+    // The loop drains first: the drain checks the doom flag.
+    let me = current_draining("receive");
     let mut scanned = usize::MAX;
     let mut timer = None;
     let found = loop {

@@ -5,6 +5,7 @@ use crate::coroutine::{Step, Suspend};
 use crate::loom::Ordering;
 use crate::node::NodeShared;
 use crate::process::Process;
+use crate::sched::run_queue::LifoSlot;
 use crate::sched::{run_word, Runnable, Scheduler};
 use crossbeam_deque::{Steal, Worker};
 use std::cell::Cell;
@@ -45,6 +46,11 @@ pub(crate) struct WorkerCtx {
     /// Runs on this worker (a local copy of the run word's count, so the
     /// shared word is only stored, never read, by the worker).
     pub(crate) runs: Cell<u64>,
+    /// This worker's LIFO slot and run word (`sched.lifo[index]`,
+    /// `sched.ticks[index]`), found once: each resume reaches them without
+    /// an index and its bounds check.
+    lifo: *const LifoSlot,
+    tick: *const crate::loom::AtomicU64,
 }
 
 impl std::fmt::Debug for WorkerCtx {
@@ -78,6 +84,8 @@ impl WorkerCtx {
 
     /// A worker made by `Node::start` (not a spare).
     pub(crate) fn new(index: usize, node: Arc<NodeShared>, local: Worker<Runnable>) -> WorkerCtx {
+        let lifo: *const LifoSlot = &*node.sched.lifo[index];
+        let tick: *const crate::loom::AtomicU64 = &*node.sched.ticks[index];
         WorkerCtx {
             index,
             node,
@@ -89,7 +97,24 @@ impl WorkerCtx {
             spare: None,
             serving: Cell::new(None),
             runs: Cell::new(0),
+            lifo,
+            tick,
         }
+    }
+
+    /// This worker's LIFO slot.
+    #[inline]
+    pub(crate) fn lifo(&self) -> &LifoSlot {
+        // SAFETY: it points into `self.node.sched.lifo`, which `self.node`
+        // keeps alive and which is never resized after the scheduler is made.
+        unsafe { &*self.lifo }
+    }
+
+    /// This worker's run word (see `sched::run_word`).
+    #[inline]
+    fn tick(&self) -> &crate::loom::AtomicU64 {
+        // SAFETY: as for `lifo`, in `self.node.sched.ticks`.
+        unsafe { &*self.tick }
     }
 
     /// The worker a process spawned pinned here stays on: this one, or for
@@ -165,7 +190,7 @@ impl WorkerCtx {
                 lifo_budget = LIFO_BUDGET;
             }
             let next = if lifo_budget > 0 {
-                sched.lifo[self.index].take()
+                self.lifo().take()
             } else {
                 None
             };
@@ -303,7 +328,8 @@ impl WorkerCtx {
         // the process it runs: one plain store per resume.
         let runs = self.runs.get().wrapping_add(1);
         self.runs.set(runs);
-        sched.ticks[self.index].store(run_word(p.pid.serial(), runs), Ordering::Relaxed);
+        self.tick()
+            .store(run_word(p.pid.serial(), runs), Ordering::Relaxed);
         p.state.start();
         self.current.set(p);
         loop {
