@@ -57,6 +57,19 @@ pub(crate) enum Msg {
         suspect: String,
         alive: bool,
     },
+    /// The idle rule proposes to close the connection this travels on;
+    /// `got`: the frames the proposer has received on it (see overlay.rs,
+    /// "Closing a connection").
+    Close {
+        got: u64,
+    },
+    /// The proposal is agreed: the sender sends nothing more on the
+    /// connection; `got`: the frames it has received on it.
+    CloseOk {
+        got: u64,
+    },
+    /// The close is called off (by either side).
+    CloseNo,
 }
 
 /// Active random walk length (HyParView's ARWL).
@@ -117,6 +130,9 @@ pub(super) struct State {
     /// On-demand connections the overlay opened for itself (a probe, a
     /// walk's answer): closed after [`BRIEF_IDLE`] of silence.
     pub(super) brief: ahash::AHashSet<NodeId>,
+    /// This node's proposals to close a connection (`Msg::Close`) not
+    /// answered yet, and when made.
+    pub(super) closing: AHashMap<NodeId, Instant>,
     pub(super) rng: u64,
     pub(super) last_shuffle: Instant,
     pub(super) last_sync: Instant,
@@ -132,6 +148,17 @@ pub(super) struct Out {
     pub(super) down: Vec<NodeId>,
     /// (asker, suspect): reach the suspect, answer the asker.
     pub(super) probe: Vec<(Option<NodeId>, Member)>,
+    /// Propose to close the (idle) connection to these nodes.
+    pub(super) close: Vec<NodeId>,
+    /// A proposal to close, from the node, with the count of frames this
+    /// node must have sent: agree if so, nothing sent since being in
+    /// flight.
+    pub(super) agree: Vec<(NodeId, u64)>,
+    /// This node's proposal was agreed, with the other side's count: close
+    /// if nothing sent since is in flight.
+    pub(super) confirm: Vec<(NodeId, u64)>,
+    /// A close called off: use the connection again.
+    pub(super) unfreeze: Vec<NodeId>,
 }
 pub(super) fn now_inc() -> u64 {
     std::time::SystemTime::now()
@@ -168,6 +195,15 @@ impl State {
             let n = self.up_count() + 1;
             ((usize::BITS - 1 - n.leading_zeros()) as usize + 1).max(2)
         })
+    }
+
+    /// Whether this node wants its connection to `id` kept (in the active
+    /// view, asked to be, a connect or a probe under way).
+    pub(super) fn keeps(&self, id: NodeId) -> bool {
+        self.active.contains(&id)
+            || self.asking.contains_key(&id)
+            || self.connecting.contains_key(&id)
+            || self.suspects.contains_key(&id)
     }
 
     pub(super) fn is_up(&self, id: NodeId) -> bool {
@@ -555,6 +591,33 @@ pub(super) fn handle(
                 ));
             }
         }
+        Msg::Close { got } => {
+            // Both proposed at once (each sent `Close` before it saw the
+            // other's): the smaller name's proposal stands, the other
+            // side answers it, its own `Close` the one frame of it that
+            // `got` cannot count.
+            let crossed = st.closing.contains_key(&from);
+            if crossed && st.me_id < from {
+                return;
+            }
+            st.closing.remove(&from);
+            if st.keeps(from) {
+                out.send.push((from, Msg::CloseNo));
+            } else {
+                out.agree.push((from, got + u64::from(crossed)));
+            }
+        }
+        Msg::CloseOk { got } => {
+            if st.closing.remove(&from).is_some() && !st.keeps(from) {
+                out.confirm.push((from, got));
+            } else {
+                out.send.push((from, Msg::CloseNo));
+            }
+        }
+        Msg::CloseNo => {
+            st.closing.remove(&from);
+            out.unfreeze.push(from);
+        }
         Msg::ProbeReq { suspect } => out.probe.push((Some(from), suspect)),
         Msg::ProbeAck { suspect, alive } => {
             st.probe_answer(NodeId::from_name(&suspect), alive, cfg, out)
@@ -587,6 +650,10 @@ pub(super) fn tick(
         }
     }
     st.asking
+        .retain(|_, t| now.duration_since(*t) < ASK_TIMEOUT);
+    // A proposal to close unanswered: given up (an answer after this is
+    // answered `CloseNo`).
+    st.closing
         .retain(|_, t| now.duration_since(*t) < ASK_TIMEOUT);
     // Fill the active view.
     let target = st.target(cfg);
@@ -681,18 +748,15 @@ pub(super) fn tick(
             }
         }
     }
-    // Close idle on-demand connections.
+    // Close idle on-demand connections (a proposal: the other side agrees
+    // only if nothing is in flight, see overlay.rs).
     for (id, count, watched) in usage {
-        if st.active.contains(id)
-            || st.asking.contains_key(id)
-            || st.connecting.contains_key(id)
-            || st.suspects.contains_key(id)
-        {
+        if st.keeps(*id) || st.closing.contains_key(id) {
             st.usage.insert(*id, (*count, now));
             continue;
         }
         let limit = if st.brief.contains(id) {
-            BRIEF_IDLE
+            BRIEF_IDLE.min(cfg.idle_close)
         } else {
             cfg.idle_close
         };
@@ -708,9 +772,354 @@ pub(super) fn tick(
                 out.send.push((*id, Msg::Disconnect));
             }
         } else if now.duration_since(e.1) >= limit {
-            out.disconnect.push(*id);
             *e = (*count, now);
-            st.brief.remove(id);
+            st.closing.insert(*id, now);
+            out.close.push(*id);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg() -> OverlayConfig {
+        OverlayConfig::default().active_size(2)
+    }
+
+    fn id(name: &str) -> NodeId {
+        NodeId::from_name(name)
+    }
+
+    fn member(name: &str, inc: u64, up: bool) -> Member {
+        let port = 1000 + name.bytes().map(u16::from).sum::<u16>();
+        Member {
+            name: name.into(),
+            addr: format!("127.0.0.1:{port}"),
+            inc,
+            up,
+        }
+    }
+
+    fn state(name: &str) -> State {
+        let now = Instant::now();
+        State {
+            me: member(name, 10, true),
+            me_id: id(name),
+            members: AHashMap::new(),
+            active: Vec::new(),
+            passive: Vec::new(),
+            asking: AHashMap::new(),
+            suspects: AHashMap::new(),
+            connecting: AHashMap::new(),
+            usage: AHashMap::new(),
+            told: AHashMap::new(),
+            brief: Default::default(),
+            closing: AHashMap::new(),
+            rng: id(name).0 | 1,
+            last_shuffle: now,
+            last_sync: now,
+            last_probe: now,
+        }
+    }
+
+    /// `st` knows `name` (up, incarnation 5).
+    fn know(st: &mut State, name: &str) -> NodeId {
+        assert!(st.merge(&member(name, 5, true), &|_| false, &mut Out::default()));
+        id(name)
+    }
+
+    fn sent_to(out: &Out, to: NodeId) -> Vec<&Msg> {
+        out.send
+            .iter()
+            .filter(|(t, _)| *t == to)
+            .map(|(_, m)| m)
+            .collect()
+    }
+
+    const NOT_CONNECTED: &dyn Fn(NodeId) -> bool = &|_| false;
+
+    #[test]
+    fn a_join_takes_the_joiner_and_starts_walks_on_the_other_neighbours() {
+        let mut st = state("c");
+        let n1 = know(&mut st, "n1");
+        st.active.push(n1);
+        let mut out = Out::default();
+        handle(
+            &mut st,
+            &cfg(),
+            &mut out,
+            id("j"),
+            Msg::Join {
+                me: member("j", 1, true),
+            },
+            NOT_CONNECTED,
+        );
+        assert!(st.active.contains(&id("j")) && st.is_up(id("j")));
+        assert_eq!(out.up.len(), 1, "the joiner is announced");
+        assert!(matches!(
+            sent_to(&out, id("j"))[..],
+            [Msg::Sync { reply: false, .. }]
+        ));
+        let walks = sent_to(&out, n1);
+        assert!(walks
+            .iter()
+            .any(|m| matches!(m, Msg::ForwardJoin { ttl, .. } if *ttl == ARWL)));
+        assert!(
+            walks.iter().any(|m| matches!(m, Msg::Gossip { .. })),
+            "news flooded"
+        );
+    }
+
+    #[test]
+    fn a_forward_join_walk_goes_on_then_ends_in_a_neighbour_request() {
+        let cfg = cfg();
+        let (j, from) = (member("j", 1, true), id("f"));
+        // Alive walk, ttl = PRWL: the joiner goes into the passive view and
+        // the walk goes on to another neighbour.
+        let mut st = state("w");
+        let f = know(&mut st, "f");
+        let n2 = know(&mut st, "n2");
+        st.active = vec![f, n2];
+        let mut out = Out::default();
+        let msg = Msg::ForwardJoin {
+            joiner: j.clone(),
+            ttl: PRWL,
+        };
+        handle(&mut st, &cfg, &mut out, from, msg, NOT_CONNECTED);
+        assert!(st.passive.contains(&id("j")));
+        assert!(sent_to(&out, n2)
+            .iter()
+            .any(|m| matches!(m, Msg::ForwardJoin { ttl, .. } if *ttl == PRWL - 1)));
+        // ttl 0: the walk ends here; this node asks the joiner, with priority.
+        let mut st = state("w");
+        let f = know(&mut st, "f");
+        let n2 = know(&mut st, "n2");
+        st.active = vec![f, n2];
+        let mut out = Out::default();
+        let msg = Msg::ForwardJoin {
+            joiner: j.clone(),
+            ttl: 0,
+        };
+        handle(&mut st, &cfg, &mut out, from, msg, NOT_CONNECTED);
+        assert!(st.asking.contains_key(&id("j")));
+        assert!(matches!(
+            sent_to(&out, id("j"))[..],
+            [Msg::Neighbor { high: true, .. }]
+        ));
+        // A node with one neighbour (the sender) ends the walk too.
+        let mut st = state("w");
+        let f = know(&mut st, "f");
+        st.active = vec![f];
+        let mut out = Out::default();
+        let msg = Msg::ForwardJoin { joiner: j, ttl: 5 };
+        handle(&mut st, &cfg, &mut out, from, msg, NOT_CONNECTED);
+        assert!(st.asking.contains_key(&id("j")));
+    }
+
+    #[test]
+    fn a_full_active_view_evicts_a_neighbour_into_the_passive_view() {
+        let cfg = cfg();
+        let mut st = state("e");
+        let (x, y, z) = (know(&mut st, "x"), know(&mut st, "y"), know(&mut st, "z"));
+        let mut out = Out::default();
+        st.add_active(x, &cfg, &mut out);
+        st.add_active(y, &cfg, &mut out);
+        assert!(out.send.is_empty(), "room for two");
+        st.add_active(z, &cfg, &mut out);
+        assert_eq!(st.active.len(), 2);
+        assert!(st.active.contains(&z));
+        let [(old, Msg::Disconnect)] = &out.send[..] else {
+            panic!("one Disconnect");
+        };
+        assert!(*old == x || *old == y);
+        assert!(st.passive.contains(old) && st.brief.contains(old));
+        assert!(out.disconnect.is_empty(), "demoted, not disconnected");
+        // The evicted side drops this node from its active view only.
+        let mut ev = state("x");
+        let e = know(&mut ev, "e");
+        ev.active.push(e);
+        let mut out = Out::default();
+        handle(
+            &mut ev,
+            &cfg,
+            &mut out,
+            id("e"),
+            Msg::Disconnect,
+            NOT_CONNECTED,
+        );
+        assert!(ev.active.is_empty() && ev.passive.contains(&id("e")));
+        assert!(out.disconnect.is_empty());
+    }
+
+    #[test]
+    fn incarnations_newer_wins_and_at_equal_down_wins() {
+        let mut st = state("m");
+        let mut out = Out::default();
+        let x = know(&mut st, "x"); // incarnation 5, up
+                                    // Older: ignored.
+        assert!(!st.merge(&member("x", 4, false), NOT_CONNECTED, &mut out));
+        assert!(st.is_up(x));
+        // Equal and up: no news.
+        assert!(!st.merge(&member("x", 5, true), NOT_CONNECTED, &mut out));
+        // Equal and down: down wins, the connection goes.
+        st.active.push(x);
+        assert!(st.merge(&member("x", 5, false), NOT_CONNECTED, &mut out));
+        assert!(!st.is_up(x) && st.active.is_empty());
+        assert_eq!(out.down, vec![x]);
+        assert_eq!(out.disconnect, vec![x]);
+        // Equal and up again: down still wins.
+        assert!(!st.merge(&member("x", 5, true), NOT_CONNECTED, &mut out));
+        // Newer and up: back.
+        let mut out = Out::default();
+        assert!(st.merge(&member("x", 6, true), NOT_CONNECTED, &mut out));
+        assert!(st.is_up(x));
+        assert_eq!(out.up.len(), 1);
+        // Down, but this node holds a live connection to it: not applied,
+        // the member is told (so that it refutes).
+        let mut out = Out::default();
+        assert!(!st.merge(&member("x", 6, false), &|_| true, &mut out));
+        assert!(st.is_up(x));
+        assert!(matches!(sent_to(&out, x)[..], [Msg::Gossip { .. }]));
+    }
+
+    #[test]
+    fn a_node_told_it_is_down_refutes_with_a_newer_incarnation() {
+        let mut st = state("r");
+        let a = know(&mut st, "a");
+        st.active.push(a);
+        let inc = st.me.inc;
+        let mut out = Out::default();
+        // An older claim: nothing to refute.
+        assert!(!st.merge(&member("r", inc - 1, false), NOT_CONNECTED, &mut out));
+        assert_eq!(st.me.inc, inc);
+        assert!(out.send.is_empty());
+        assert!(!st.merge(&member("r", inc, false), NOT_CONNECTED, &mut out));
+        assert_eq!(st.me.inc, inc + 1);
+        assert!(st.me.up);
+        let [Msg::Gossip { members }] = &sent_to(&out, a)[..] else {
+            panic!("the refutation is flooded");
+        };
+        assert_eq!(members[0].inc, inc + 1);
+        assert!(members[0].up);
+        // The refutation wins over the claim where it arrives.
+        let mut other = state("o");
+        let mut out = Out::default();
+        assert!(other.merge(&member("r", inc, false), NOT_CONNECTED, &mut out));
+        assert!(other.merge(&members[0], NOT_CONNECTED, &mut out));
+        assert!(other.is_up(id("r")));
+    }
+
+    #[test]
+    fn the_idle_rule_proposes_a_close_and_the_answers_follow_the_protocol() {
+        let cfg = cfg().idle_close(Duration::ZERO);
+        let mut st = state("p");
+        let q = know(&mut st, "q");
+        // A full active view of two others.
+        let (x, y) = (know(&mut st, "x"), know(&mut st, "y"));
+        st.active = vec![x, y];
+        // An on-demand connection, idle: proposed, not closed.
+        let mut out = Out::default();
+        tick(&mut st, &cfg, &mut out, &[(q, 7, false)]);
+        tick(&mut st, &cfg, &mut out, &[(q, 7, false)]);
+        assert_eq!(out.close, vec![q]);
+        assert!(out.disconnect.is_empty());
+        assert!(st.closing.contains_key(&q));
+        // Agreed: confirm (the caller closes if nothing sent since).
+        let mut out = Out::default();
+        handle(
+            &mut st,
+            &cfg,
+            &mut out,
+            q,
+            Msg::CloseOk { got: 3 },
+            NOT_CONNECTED,
+        );
+        assert_eq!(out.confirm, vec![(q, 3)]);
+        assert!(st.closing.is_empty());
+        // An answer to no proposal: called off.
+        let mut out = Out::default();
+        handle(
+            &mut st,
+            &cfg,
+            &mut out,
+            q,
+            Msg::CloseOk { got: 3 },
+            NOT_CONNECTED,
+        );
+        assert!(out.confirm.is_empty());
+        assert!(matches!(sent_to(&out, q)[..], [Msg::CloseNo]));
+        // A proposal from a node this one keeps (active): refused.
+        st.active.push(q);
+        let mut out = Out::default();
+        handle(
+            &mut st,
+            &cfg,
+            &mut out,
+            q,
+            Msg::Close { got: 2 },
+            NOT_CONNECTED,
+        );
+        assert!(out.agree.is_empty());
+        assert!(matches!(sent_to(&out, q)[..], [Msg::CloseNo]));
+        // Otherwise: agree (the caller checks the count).
+        st.active.clear();
+        let mut out = Out::default();
+        handle(
+            &mut st,
+            &cfg,
+            &mut out,
+            q,
+            Msg::Close { got: 2 },
+            NOT_CONNECTED,
+        );
+        assert_eq!(out.agree, vec![(q, 2)]);
+        // `CloseNo`: the proposal is gone, the connection used again.
+        st.closing.insert(q, Instant::now());
+        let mut out = Out::default();
+        handle(&mut st, &cfg, &mut out, q, Msg::CloseNo, NOT_CONNECTED);
+        assert!(st.closing.is_empty());
+        assert_eq!(out.unfreeze, vec![q]);
+    }
+
+    #[test]
+    fn crossed_proposals_keep_the_smaller_names() {
+        let cfg = cfg();
+        let (mut p, mut q) = (state("p"), state("q"));
+        know(&mut p, "q");
+        know(&mut q, "p");
+        p.closing.insert(q.me_id, Instant::now());
+        q.closing.insert(p.me_id, Instant::now());
+        let (small, big) = if p.me_id < q.me_id {
+            (&mut p, &mut q)
+        } else {
+            (&mut q, &mut p)
+        };
+        let (sid, bid) = (small.me_id, big.me_id);
+        // The smaller ignores the other's proposal; its own stands.
+        let mut out = Out::default();
+        handle(
+            small,
+            &cfg,
+            &mut out,
+            bid,
+            Msg::Close { got: 4 },
+            NOT_CONNECTED,
+        );
+        assert!(out.send.is_empty() && out.agree.is_empty());
+        assert!(small.closing.contains_key(&bid));
+        // The bigger withdraws its own and agrees, counting its own
+        // `Close` that the smaller had not seen.
+        let mut out = Out::default();
+        handle(
+            big,
+            &cfg,
+            &mut out,
+            sid,
+            Msg::Close { got: 4 },
+            NOT_CONNECTED,
+        );
+        assert_eq!(out.agree, vec![(sid, 5)]);
+        assert!(big.closing.is_empty());
     }
 }
