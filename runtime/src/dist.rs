@@ -579,12 +579,14 @@ impl Dist {
         };
         // Out of `nodes()` at once; the loss itself completes on the node
         // loop, as any other (`node_lost`).
-        let removed = self.peers.write().remove(&node);
-        let Some(peer) = removed.or_else(|| self.closing.lock().remove(&node)) else {
+        // (One the overlay is closing stays in `closing` until `node_lost`,
+        // which hands on what was held for it.)
+        let removed = self.peers.write().remove(&node).map(|p| p.info.id);
+        let Some(id) = removed.or_else(|| self.closing.lock().get(&node).map(|p| p.info.id)) else {
             return false;
         };
-        self.mon.note_down(node, peer.info.id, "disconnect".into());
-        t.disconnect(peer.info.id);
+        self.mon.note_down(node, id, "disconnect".into());
+        t.disconnect(id);
         true
     }
 
