@@ -970,8 +970,12 @@ impl Handler for NetHandler {
         {
             c.fetch_add(1, Ordering::Relaxed);
         }
+        // Counted on this connection only (the overlay's close compares
+        // the counts of one connection on both sides).
         if let Some(p) = n.dist.peers.read().get(&from) {
-            p.counters.received(payload.len());
+            if p.info.id == peer.id {
+                p.counters.received(payload.len());
+            }
         }
         match kind {
             KIND_DELIVER => on_deliver(&n, peer, payload),

@@ -263,6 +263,7 @@ impl Overlay {
                 told: AHashMap::new(),
                 brief: Default::default(),
                 closing: AHashMap::new(),
+                frozen: AHashMap::new(),
                 rng: me_id.0 | 1,
                 last_shuffle: now,
                 last_sync: now,
@@ -343,6 +344,7 @@ impl Overlay {
             st.brief.remove(&id);
             st.asking.remove(&id);
             st.closing.remove(&id);
+            st.frozen.remove(&id);
             if st.active.contains(&id) {
                 st.active.retain(|a| *a != id);
                 st.suspect(id, cfg, out);
@@ -389,7 +391,16 @@ impl Overlay {
                         out.send
                             .push((from, Msg::NeighborReply { accepted: false }));
                     }
-                    if !matches!(msg, Msg::Gossip { .. } | Msg::Sync { .. }) {
+                    // (A close under way is settled all the same: a side
+                    // left frozen could not refute.)
+                    if !matches!(
+                        msg,
+                        Msg::Gossip { .. }
+                            | Msg::Sync { .. }
+                            | Msg::Close { .. }
+                            | Msg::CloseOk { .. }
+                            | Msg::CloseNo
+                    ) {
                         return;
                     }
                 }
@@ -440,12 +451,15 @@ impl Overlay {
         }
         for (id, got) in out.agree {
             match n.dist.freeze(id, got) {
-                Some(got) => n.dist.send_frozen(
-                    id,
-                    &Ctl::Overlay {
-                        msg: Msg::CloseOk { got },
-                    },
-                ),
+                Some(got) => {
+                    self.st.lock().frozen.insert(id, Instant::now());
+                    n.dist.send_frozen(
+                        id,
+                        &Ctl::Overlay {
+                            msg: Msg::CloseOk { got },
+                        },
+                    );
+                }
                 None => self.send(n, id, Msg::CloseNo),
             }
         }
@@ -465,6 +479,12 @@ impl Overlay {
 
     /// Sends `msg` to `to`, over a connection opened on demand if needed.
     fn send(&self, n: &Arc<NodeShared>, to: NodeId, msg: Msg) {
+        if n.dist.is_closing(to) {
+            // Not held for a connection being closed: a held frame would
+            // open a new connection the moment the old one goes, and the
+            // overlay's own messages are all retried by its timers.
+            return;
+        }
         let ctl = Ctl::Overlay { msg };
         if n.dist.send_ctl(to, &ctl).is_ok() {
             return;

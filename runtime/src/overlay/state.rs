@@ -78,6 +78,11 @@ pub(super) const ARWL: u32 = 6;
 pub(super) const PRWL: u32 = 3;
 /// A `Neighbor` request unanswered this long is given up.
 pub(super) const ASK_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a connection stays frozen for a close the proposer has not
+/// carried out: twice [`ASK_TIMEOUT`], past which the proposer refuses the
+/// agreement (`CloseOk` after its proposal expired), so using it again is
+/// safe.
+pub(super) const FROZEN_MAX: Duration = Duration::from_secs(4);
 /// How long a connection the overlay opened for itself may stay silent.
 pub(super) const BRIEF_IDLE: Duration = Duration::from_millis(500);
 
@@ -133,6 +138,10 @@ pub(super) struct State {
     /// This node's proposals to close a connection (`Msg::Close`) not
     /// answered yet, and when made.
     pub(super) closing: AHashMap<NodeId, Instant>,
+    /// Connections this node froze agreeing to a close, and when: a
+    /// proposer that never answers (its proposal expired, see
+    /// [`FROZEN_MAX`]) does not keep them frozen.
+    pub(super) frozen: AHashMap<NodeId, Instant>,
     pub(super) rng: u64,
     pub(super) last_shuffle: Instant,
     pub(super) last_sync: Instant,
@@ -600,15 +609,17 @@ pub(super) fn handle(
             if crossed && st.me_id < from {
                 return;
             }
+            // The proposer's view decides (as the unilateral close did):
+            // this side only checks that nothing of its own is in flight.
             st.closing.remove(&from);
-            if st.keeps(from) {
-                out.send.push((from, Msg::CloseNo));
-            } else {
-                out.agree.push((from, got + u64::from(crossed)));
-            }
+            out.agree.push((from, got + u64::from(crossed)));
         }
         Msg::CloseOk { got } => {
-            if st.closing.remove(&from).is_some() && !st.keeps(from) {
+            let fresh = st
+                .closing
+                .remove(&from)
+                .is_some_and(|t| t.elapsed() < ASK_TIMEOUT);
+            if fresh && !st.keeps(from) {
                 out.confirm.push((from, got));
             } else {
                 out.send.push((from, Msg::CloseNo));
@@ -616,6 +627,7 @@ pub(super) fn handle(
         }
         Msg::CloseNo => {
             st.closing.remove(&from);
+            st.frozen.remove(&from);
             out.unfreeze.push(from);
         }
         Msg::ProbeReq { suspect } => out.probe.push((Some(from), suspect)),
@@ -655,6 +667,14 @@ pub(super) fn tick(
     // answered `CloseNo`).
     st.closing
         .retain(|_, t| now.duration_since(*t) < ASK_TIMEOUT);
+    let stale: Vec<NodeId> = (st.frozen.iter())
+        .filter(|(_, t)| now.duration_since(**t) >= FROZEN_MAX)
+        .map(|(id, _)| *id)
+        .collect();
+    for id in stale {
+        st.frozen.remove(&id);
+        out.unfreeze.push(id);
+    }
     // Fill the active view.
     let target = st.target(cfg);
     if st.active.len() + st.asking.len() < target {
@@ -816,6 +836,7 @@ mod tests {
             told: AHashMap::new(),
             brief: Default::default(),
             closing: AHashMap::new(),
+            frozen: AHashMap::new(),
             rng: id(name).0 | 1,
             last_shuffle: now,
             last_sync: now,
@@ -1049,21 +1070,7 @@ mod tests {
         );
         assert!(out.confirm.is_empty());
         assert!(matches!(sent_to(&out, q)[..], [Msg::CloseNo]));
-        // A proposal from a node this one keeps (active): refused.
-        st.active.push(q);
-        let mut out = Out::default();
-        handle(
-            &mut st,
-            &cfg,
-            &mut out,
-            q,
-            Msg::Close { got: 2 },
-            NOT_CONNECTED,
-        );
-        assert!(out.agree.is_empty());
-        assert!(matches!(sent_to(&out, q)[..], [Msg::CloseNo]));
-        // Otherwise: agree (the caller checks the count).
-        st.active.clear();
+        // A proposal: agree (the caller checks the count).
         let mut out = Out::default();
         handle(
             &mut st,
