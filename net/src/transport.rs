@@ -56,14 +56,6 @@
 //! cannot each keep a different connection. The loser of the race waits for
 //! the winner to come up and `connect` returns it.
 //!
-//! The acceptor's verdict is final: if the initiator's `Pending` was
-//! replaced meanwhile by the acceptor's own connection to it (accepted
-//! while both connected, the acceptor's name being smaller), the acceptor
-//! kept ours only because that connection was no longer live on its side
-//! (closed, or its handshake failed there); the initiator then keeps ours
-//! too, and closes the other (`Replaced`). Refusing it instead would drop
-//! what the acceptor had already sent on it.
-//!
 //! # Shutdown
 //!
 //! 1. Under `state`: set `closed` (no new thread, slot or peer after this).
@@ -1405,25 +1397,21 @@ impl Inner {
             return Err(NetError::Shutdown);
         }
         if !matches!(st.names.get(&hello.name), Some(Slot::Pending(t)) if *t == token) {
-            // Our slot was taken meanwhile by the peer's connection to us
-            // (accepted while we were connecting, its name being smaller),
-            // and yet the acceptor kept ours: it decided with no live
-            // connection from us in its slot, so the peer's connection is
-            // dead or dying there (closed, or its handshake failed on its
-            // side). The acceptor has announced ours and may be sending on
-            // it: keep ours, replacing the other (module docs).
-            log::debug!(
-                "graft-net: {} kept our connection over its own; replacing that",
+            // Ruled out by the duplicate rule (module docs); refuse rather
+            // than keep two connections.
+            log::error!(
+                "graft-net: conflicting connections to {}; dropping one",
                 hello.name
             );
+            return Err(NetError::Handshake(format!(
+                "conflicting connection to {}",
+                hello.name
+            )));
         }
         let conn = self.new_conn(hello, stream, sealer)?;
-        let replaced = self.install(&mut st, &conn);
+        self.install(&mut st, &conn);
         drop(st);
         self.changed.notify_all();
-        if let Some(old) = replaced {
-            old.close(NetError::Replaced);
-        }
         Ok(conn)
     }
 

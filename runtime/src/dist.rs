@@ -325,11 +325,6 @@ struct Watches {
 pub(crate) struct Dist {
     transport: OnceLock<Transport>,
     peers: RwLock<AHashMap<NodeId, Peer>>,
-    /// Connections the overlay is closing (its two-phase close, see
-    /// overlay.rs): out of `peers`, so that nothing new is sent on them;
-    /// what is sent to their nodes meanwhile is held (netmon.rs). Lock
-    /// order: `mon`'s state, `peers`, `closing`.
-    closing: Mutex<AHashMap<NodeId, Peer>>,
     watches: Mutex<AHashMap<NodeId, Watches>>,
     next_req: AtomicU64,
     /// Node monitors, known nodes, auto-connect, the partition filter.
@@ -343,7 +338,6 @@ impl Dist {
         Dist {
             transport: OnceLock::new(),
             peers: RwLock::new(AHashMap::new()),
-            closing: Mutex::new(AHashMap::new()),
             watches: Mutex::new(AHashMap::new()),
             next_req: AtomicU64::new(1),
             mon: Default::default(),
@@ -459,89 +453,11 @@ impl Dist {
         payload: Cow<'_, [u8]>,
     ) -> Result<(), Error> {
         let peers = self.peers.read();
-        match peers.get(&node) {
-            Some(p) if only.is_none() || only == Some(p.info.id) => {
-                p.queue_counted(node, key, kind, payload)
-            }
-            Some(_) => Err(Error::NoConnection(node)),
-            None => {
-                drop(peers);
-                // Held while the overlay closes the connection.
-                if only.is_none() && self.mon.hold_ctl(self, node, kind, &payload) {
-                    Ok(())
-                } else {
-                    Err(Error::NoConnection(node))
-                }
-            }
-        }
-    }
-
-    /// Whether the overlay is closing the connection to `node` (see
-    /// overlay.rs, "Closing a connection").
-    pub(crate) fn is_closing(&self, node: NodeId) -> bool {
-        self.closing.lock().contains_key(&node)
-    }
-
-    /// Frames sent to and received from `node` on its connection.
-    pub(crate) fn frames_each_way(&self, node: NodeId) -> Option<(u64, u64)> {
-        let peers = self.peers.read();
-        let p = peers.get(&node)?;
-        Some((p.counters.frames_out(), p.counters.frames_in()))
-    }
-
-    /// Takes the connection to `node` out of use for the overlay's close
-    /// if the other side has received every frame sent on it (`got`, its
-    /// count, equals the frames sent) and nothing is queued: from now on
-    /// nothing is sent on it, and what is sent to `node` is held. Returns
-    /// the frames received on it, for the answer.
-    pub(crate) fn freeze(&self, node: NodeId, got: u64) -> Option<u64> {
-        if self.watched(node) {
-            return None;
-        }
-        let mut peers = self.peers.write();
-        let p = peers.get(&node)?;
-        if p.counters.frames_out() != got || p.sender.queued_bytes() != 0 {
-            return None;
-        }
-        let p = peers.remove(&node)?;
-        let inn = p.counters.frames_in();
-        self.closing.lock().insert(node, p);
-        Some(inn)
-    }
-
-    /// Sends an overlay message on the connection to `node` that is being
-    /// closed (the close's own answers).
-    pub(crate) fn send_frozen(&self, node: NodeId, c: &Ctl) {
-        if let Some(p) = self.closing.lock().get(&node) {
-            let _ = queue(&p.sender, 0, KIND_CTL, Cow::Owned(graph::encode(c)));
-        }
-    }
-
-    /// Ends the overlay's close of the connection to `node`: the
-    /// connection closes (the other side then sees it closed).
-    pub(crate) fn close_frozen(&self, node: NodeId) {
-        let id = self.closing.lock().get(&node).map(|p| p.info.id);
-        if let (Some(id), Some(t)) = (id, self.transport()) {
-            t.disconnect(id);
-        }
-    }
-
-    /// The overlay's close of the connection to `node` is called off: it
-    /// is used again, what was held meanwhile going first.
-    pub(crate) fn unfreeze(&self, node: NodeId) {
-        self.mon.take_held(node, |held| {
-            let mut peers = self.peers.write();
-            let Some(p) = self.closing.lock().remove(&node) else {
-                return;
-            };
-            for (to, kind, frame) in held {
-                if to.is_none_or(|to| to.creation() == p.info.creation) {
-                    p.counters.sent(frame.len());
-                    let _ = queue(&p.sender, 0, kind, Cow::Owned(frame));
-                }
-            }
-            peers.insert(node, p);
-        });
+        let peer = peers
+            .get(&node)
+            .filter(|p| only.is_none() || only == Some(p.info.id))
+            .ok_or(Error::NoConnection(node))?;
+        peer.queue_counted(node, key, kind, payload)
     }
 
     /// Sends a control command to `node`.
@@ -579,14 +495,11 @@ impl Dist {
         };
         // Out of `nodes()` at once; the loss itself completes on the node
         // loop, as any other (`node_lost`).
-        // (One the overlay is closing stays in `closing` until `node_lost`,
-        // which hands on what was held for it.)
-        let removed = self.peers.write().remove(&node).map(|p| p.info.id);
-        let Some(id) = removed.or_else(|| self.closing.lock().get(&node).map(|p| p.info.id)) else {
+        let Some(peer) = self.peers.write().remove(&node) else {
             return false;
         };
-        self.mon.note_down(node, id, "disconnect".into());
-        t.disconnect(id);
+        self.mon.note_down(node, peer.info.id, "disconnect".into());
+        t.disconnect(peer.info.id);
         true
     }
 
@@ -667,19 +580,13 @@ impl Dist {
         Ok(())
     }
 
-    /// Sends a held frame to `node` if it is connected (for a message to
-    /// `to`, to that incarnation); `true` if queued. (Used by auto-connect,
-    /// under its lock, to keep frames in order.)
-    pub(crate) fn try_send_held(
-        &self,
-        node: NodeId,
-        to: Option<Pid>,
-        kind: u8,
-        frame: &[u8],
-    ) -> Option<bool> {
+    /// Sends a frame to `to`'s node if it is connected to that
+    /// incarnation; `true` if queued. (Used by auto-connect, under its
+    /// lock, to keep frames in order.)
+    pub(crate) fn try_send_to_pid_node(&self, to: Pid, kind: u8, frame: &[u8]) -> Option<bool> {
         let peers = self.peers.read();
-        let peer = peers.get(&node)?;
-        if to.is_some_and(|to| peer.info.creation != to.creation()) {
+        let peer = peers.get(&to.node())?;
+        if peer.info.creation != to.creation() {
             return Some(false);
         }
         peer.counters.sent(frame.len());
@@ -934,19 +841,15 @@ impl Handler for NetHandler {
             .values()
             .map(|p| p.info.listen_addr.to_string())
             .collect();
-        n.dist.mon.peer_up(&n, id, peer, |held| {
-            let p = Peer {
-                info: peer.clone(),
-                sender,
-                counters: Default::default(),
-            };
-            for (to, kind, frame) in held {
-                if to.is_none_or(|to| to.creation() == peer.creation) {
-                    p.counters.sent(frame.len());
-                    let _ = queue(&p.sender, 0, kind, Cow::Owned(frame));
-                }
-            }
-            n.dist.peers.write().insert(id, p);
+        n.dist.mon.peer_up(&n, id, peer, || {
+            n.dist.peers.write().insert(
+                id,
+                Peer {
+                    info: peer.clone(),
+                    sender,
+                    counters: Default::default(),
+                },
+            );
         });
         log::info!(
             "graft: {} connected to {} (id {:016x}) at {}",
@@ -970,12 +873,8 @@ impl Handler for NetHandler {
         {
             c.fetch_add(1, Ordering::Relaxed);
         }
-        // Counted on this connection only (the overlay's close compares
-        // the counts of one connection on both sides).
         if let Some(p) = n.dist.peers.read().get(&from) {
-            if p.info.id == peer.id {
-                p.counters.received(payload.len());
-            }
+            p.counters.received(payload.len());
         }
         match kind {
             KIND_DELIVER => on_deliver(&n, peer, payload),
@@ -1264,20 +1163,11 @@ fn remote_spawn(
 /// Completes everything that waited on a lost connection `peer` to `node`
 /// (run by the node loop).
 pub(crate) fn node_lost(n: &NodeShared, node: NodeId, peer: PeerId) {
-    let was_closing = {
+    {
         let mut peers = n.dist.peers.write();
         if peers.get(&node).is_some_and(|p| p.info.id == peer) {
             peers.remove(&node);
         }
-        let mut closing = n.dist.closing.lock();
-        let c = closing.get(&node).is_some_and(|p| p.info.id == peer);
-        if c {
-            closing.remove(&node);
-        }
-        c
-    };
-    if was_closing {
-        n.dist.mon.closed(node);
     }
     n.dist.mon.node_lost(n, node, peer);
     let ws = {

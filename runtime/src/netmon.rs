@@ -101,13 +101,9 @@ pub enum AutoConnect {
 /// Frames held per node while auto-connect runs.
 const PENDING_LIMIT: usize = 8 << 20;
 
-/// A frame held for a node: for `Some(pid)`, only if the node connected
-/// is that pid's incarnation (a message); `None` for a control command.
-pub(crate) type HeldFrame = (Option<Pid>, u8, Vec<u8>);
-
 #[derive(Debug, Default)]
 struct Pending {
-    frames: Vec<HeldFrame>,
+    frames: Vec<(Pid, u8, Vec<u8>)>,
     bytes: usize,
 }
 
@@ -198,7 +194,7 @@ impl NetMon {
         n: &NodeShared,
         id: NodeId,
         peer: &PeerInfo,
-        publish: impl FnOnce(Vec<HeldFrame>),
+        publish: impl FnOnce(),
     ) {
         let partial = self.overlay().is_some();
         let mut s = self.state.lock();
@@ -212,9 +208,12 @@ impl NetMon {
                 announce_down(n, &mut s, id, &reason);
             }
         }
-        // The held frames go on the connection before it is published: a
-        // send that finds it published cannot overtake them.
-        publish(s.pending.remove(&id).map(|p| p.frames).unwrap_or_default());
+        publish();
+        if let Some(p) = s.pending.remove(&id) {
+            for (to, kind, frame) in p.frames {
+                let _ = n.dist.try_send_to_pid_node(to, kind, &frame);
+            }
+        }
         if let Some(o) = self.overlay() {
             o.peer_up(id);
             return;
@@ -262,13 +261,7 @@ impl NetMon {
         let node = to.node();
         let mut s = self.state.lock();
         // Connected meanwhile (`peer_up` publishes under this lock).
-        if dist.try_send_held(node, Some(to), kind, &frame).is_some() {
-            return;
-        }
-        if dist.is_closing(node) {
-            // The overlay is closing the connection (overlay.rs): held
-            // until it is closed (then a new one) or kept (then on it).
-            hold(&mut s, node, (Some(to), kind, frame));
+        if dist.try_send_to_pid_node(to, kind, &frame).is_some() {
             return;
         }
         let Some(addr) = self.may_auto_connect(&s, node) else {
@@ -282,63 +275,10 @@ impl NetMon {
             return;
         }
         p.bytes += frame.len();
-        p.frames.push((Some(to), kind, frame));
+        p.frames.push((to, kind, frame));
         drop(s);
         if start {
             self.start_connect(node, addr);
-        }
-    }
-
-    /// A control command for `node`, not connected: sent if it is
-    /// connected now, held while the overlay closes its connection (see
-    /// [`undeliverable`](Self::undeliverable)); `false` if neither.
-    pub(crate) fn hold_ctl(&self, dist: &Dist, node: NodeId, kind: u8, frame: &[u8]) -> bool {
-        let mut s = self.state.lock();
-        if dist.try_send_held(node, None, kind, frame).is_some() {
-            return true;
-        }
-        if !dist.is_closing(node) {
-            return false;
-        }
-        hold(&mut s, node, (None, kind, frame.to_vec()));
-        true
-    }
-
-    /// Runs `f` on the frames held for `node` (taken), under this state's
-    /// lock: the overlay kept a connection it was closing, and `f` queues
-    /// them on it before it is published again.
-    pub(crate) fn take_held<R>(&self, node: NodeId, f: impl FnOnce(Vec<HeldFrame>) -> R) -> R {
-        let mut s = self.state.lock();
-        let held = s
-            .pending
-            .remove(&node)
-            .map(|p| p.frames)
-            .unwrap_or_default();
-        f(held)
-    }
-
-    /// The overlay's close of the connection to `node` is done (the
-    /// connection is gone): what was held meanwhile goes over a new one.
-    pub(crate) fn closed(&self, node: NodeId) {
-        let s = self.state.lock();
-        if !s.pending.contains_key(&node) {
-            return;
-        }
-        match self.may_auto_connect(&s, node) {
-            Some(addr) => {
-                drop(s);
-                self.start_connect(node, addr);
-            }
-            None => {
-                drop(s);
-                let mut s = self.state.lock();
-                if let Some(p) = s.pending.remove(&node) {
-                    log::debug!(
-                        "graft: no connection to {node}: {} frames dropped",
-                        p.frames.len()
-                    );
-                }
-            }
         }
     }
 
@@ -370,7 +310,7 @@ impl NetMon {
             if let Some(p) = s.pending.remove(&node) {
                 // Not flushed by `peer_up`: failed, or another node there.
                 for (to, kind, frame) in p.frames {
-                    let _ = n.dist.try_send_held(node, to, kind, &frame);
+                    let _ = n.dist.try_send_to_pid_node(to, kind, &frame);
                 }
             }
             if let Err(e) = r {
@@ -384,26 +324,6 @@ impl NetMon {
     pub(crate) fn ensure_connected(&self, n: &Arc<NodeShared>, node: NodeId) -> bool {
         if n.dist.connection(node, None).is_some() {
             return true;
-        }
-        if n.dist.is_closing(node) {
-            // The overlay is closing it (one round trip, see overlay.rs):
-            // wait for the verdict, then use the connection kept or a new
-            // one (a hang guard bounds the wait).
-            let n2 = n.clone();
-            let settle = move || {
-                let t = std::time::Instant::now();
-                while n2.dist.is_closing(node) && t.elapsed() < std::time::Duration::from_secs(5) {
-                    std::thread::sleep(std::time::Duration::from_millis(1));
-                }
-            };
-            if context::process().is_some() {
-                crate::api::blocking(settle);
-            } else {
-                settle();
-            }
-            if n.dist.connection(node, None).is_some() {
-                return true;
-            }
         }
         let addr = {
             let s = self.state.lock();
@@ -426,14 +346,6 @@ impl NetMon {
 }
 
 /// Tells the watchers of `id` and the subscribers that `id` went down.
-/// Holds `f` for `node` (no limit: only while a close settles, one round
-/// trip).
-fn hold(s: &mut MonState, node: NodeId, f: HeldFrame) {
-    let p = s.pending.entry(node).or_default();
-    p.bytes += f.2.len();
-    p.frames.push(f);
-}
-
 fn announce_down(n: &NodeShared, s: &mut MonState, id: NodeId, reason: &str) {
     let down = || NodeDown {
         node: id,

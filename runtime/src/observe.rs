@@ -44,14 +44,6 @@ impl PeerCounters {
     pub(crate) fn frames(&self) -> u64 {
         self.frames_in.load(Relaxed) + self.frames_out.load(Relaxed)
     }
-    /// Frames sent (the overlay's two-phase close, overlay.rs).
-    pub(crate) fn frames_out(&self) -> u64 {
-        self.frames_out.load(Relaxed)
-    }
-    /// Frames received (the overlay's two-phase close, overlay.rs).
-    pub(crate) fn frames_in(&self) -> u64 {
-        self.frames_in.load(Relaxed)
-    }
     #[inline]
     pub(crate) fn received(&self, bytes: usize) {
         self.frames_in.fetch_add(1, Relaxed);

@@ -27,6 +27,17 @@
 //! answers with a newer incarnation, so a false suspicion (a partition that
 //! healed) is undone. [`nodes`](crate::nodes) lists the members that are up.
 //!
+//! # Known defect
+//!
+//! Messages can be lost while connections settle: a steady stream between
+//! two nodes sent right after the cluster formed lost 211 of 2,000
+//! messages in one CI run (`dist_overlay`'s ignored
+//! `no_message_is_lost_or_reordered_between_pairs`), with no error to the
+//! sender. A connection that carries user traffic is closed with frames in
+//! flight (by eviction, the idle rules, or as the loser of a simultaneous
+//! connect). Until that test passes every run, use `Partial` only where a
+//! lost message is tolerable.
+//!
 //! # Failure detection
 //!
 //! The connection to an active neighbour is watched by the transport (a
@@ -57,57 +68,6 @@
 //! connection per pair keeps Erlang's per-pair order with the existing send
 //! path, where a routed message would need per-hop forwarding, its own
 //! order and loss rules and a slower path for every remote message.
-//!
-//! # Closing a connection
-//!
-//! A topology decision never loses or reorders a message between two nodes
-//! that stay up. Eviction from the active view only demotes the link (the
-//! evicted side is told `Disconnect` and drops this node from its own
-//! active view); the connection stays, an on-demand one now, until the idle
-//! rule closes it. The idle rule does not close: it proposes, and the
-//! close happens only once neither side has a frame in flight. Each
-//! connection counts the frames sent and received on it (in `dist.rs`,
-//! counted as they are queued and as they are handled). With P the side
-//! whose idle rule fired and Q the other:
-//!
-//! 1. P sends `Close { got }`, `got` the frames P has received on the
-//!    connection, and goes on using it.
-//! 2. Q, on its reader thread (every frame P sent before `Close` handled):
-//!    if it wants the connection (active view, asking, a probe or connect
-//!    under way), or a monitor, link or request waits on it, it answers
-//!    `CloseNo`. Otherwise, under the write lock of the connection table
-//!    (no send can be half done), it checks that it has sent exactly `got`
-//!    frames (all arrived at P, so nothing of Q's is in flight) and queues
-//!    nothing; if so it *freezes* the connection: out of the table, so
-//!    nothing more is sent on it; what is sent to P meanwhile, messages and
-//!    control commands, is held in order (`netmon.rs`). It answers
-//!    `CloseOk { got: frames Q received }` on the frozen connection; if the
-//!    check fails, `CloseNo`.
-//! 3. P, on `CloseOk`: if it still does not want the connection and has
-//!    sent exactly the `got` of the answer (nothing since its `Close`, so
-//!    nothing of P's is in flight) and queues nothing, it freezes the
-//!    connection and closes it; else it answers `CloseNo`.
-//! 4. Q sees the connection closed (or gets `CloseNo`, and uses it again,
-//!    the frames held going first, before anything sent after). On either
-//!    side, once the connection is gone, what was held goes over a new
-//!    connection (auto-connect), in order; a monitor or link set up
-//!    meanwhile waits for the verdict rather than fail.
-//!
-//! When both propose at once (each sent `Close` before it saw the other's),
-//! the proposal of the node with the smaller id stands: that node ignores
-//! the other's, and the other withdraws its own and answers, counting its
-//! own `Close` as the one frame P had not seen. An unanswered proposal is
-//! given up after 2 s. A node frozen by a proposal stays so until `CloseNo`
-//! or the connection goes (a proposer that hangs is found out by the
-//! heartbeats, as any other).
-//!
-//! Two nodes connecting to each other at once keep one connection (the
-//! transport's duplicate rule); the acceptor's verdict is final, so the
-//! connection one side already uses is never refused by the other.
-//!
-//! A real loss of the peer (a crash, a partition, a member declared down)
-//! still loses what was in flight, as in Erlang; then every monitor and
-//! link across the connection fires with `NoConnection`.
 
 mod state;
 
@@ -262,8 +222,6 @@ impl Overlay {
                 usage: AHashMap::new(),
                 told: AHashMap::new(),
                 brief: Default::default(),
-                closing: AHashMap::new(),
-                frozen: AHashMap::new(),
                 rng: me_id.0 | 1,
                 last_shuffle: now,
                 last_sync: now,
@@ -343,8 +301,6 @@ impl Overlay {
             st.told.remove(&id);
             st.brief.remove(&id);
             st.asking.remove(&id);
-            st.closing.remove(&id);
-            st.frozen.remove(&id);
             if st.active.contains(&id) {
                 st.active.retain(|a| *a != id);
                 st.suspect(id, cfg, out);
@@ -391,16 +347,7 @@ impl Overlay {
                         out.send
                             .push((from, Msg::NeighborReply { accepted: false }));
                     }
-                    // (A close under way is settled all the same: a side
-                    // left frozen could not refute.)
-                    if !matches!(
-                        msg,
-                        Msg::Gossip { .. }
-                            | Msg::Sync { .. }
-                            | Msg::Close { .. }
-                            | Msg::CloseOk { .. }
-                            | Msg::CloseNo
-                    ) {
+                    if !matches!(msg, Msg::Gossip { .. } | Msg::Sync { .. }) {
                         return;
                     }
                 }
@@ -440,51 +387,10 @@ impl Overlay {
         for (asker, suspect) in out.probe {
             self.probe(n, asker, suspect);
         }
-        // The two-phase close (module docs, "Closing a connection").
-        for id in out.close {
-            match n.dist.frames_each_way(id) {
-                Some((_, got)) => self.send(n, id, Msg::Close { got }),
-                None => {
-                    self.st.lock().closing.remove(&id);
-                }
-            }
-        }
-        for (id, got) in out.agree {
-            match n.dist.freeze(id, got) {
-                Some(got) => {
-                    self.st.lock().frozen.insert(id, Instant::now());
-                    n.dist.send_frozen(
-                        id,
-                        &Ctl::Overlay {
-                            msg: Msg::CloseOk { got },
-                        },
-                    );
-                }
-                None => self.send(n, id, Msg::CloseNo),
-            }
-        }
-        for (id, got) in out.confirm {
-            match n.dist.freeze(id, got) {
-                Some(_) => {
-                    log::debug!("graft: {} closes the idle connection to {id}", n.name);
-                    n.dist.close_frozen(id);
-                }
-                None => self.send(n, id, Msg::CloseNo),
-            }
-        }
-        for id in out.unfreeze {
-            n.dist.unfreeze(id);
-        }
     }
 
     /// Sends `msg` to `to`, over a connection opened on demand if needed.
     fn send(&self, n: &Arc<NodeShared>, to: NodeId, msg: Msg) {
-        if n.dist.is_closing(to) {
-            // Not held for a connection being closed: a held frame would
-            // open a new connection the moment the old one goes, and the
-            // overlay's own messages are all retried by its timers.
-            return;
-        }
         let ctl = Ctl::Overlay { msg };
         if n.dist.send_ctl(to, &ctl).is_ok() {
             return;
@@ -554,7 +460,7 @@ impl Overlay {
 /// Whether node `id` at `addr` can be reached now (connected, or a new
 /// connection to it comes up).
 fn reach(n: &Arc<NodeShared>, id: NodeId, addr: SocketAddr) -> bool {
-    if n.dist.connection(id, None).is_some() || n.dist.is_closing(id) {
+    if n.dist.connection(id, None).is_some() {
         return true;
     }
     if crate::netmon::partitioned(n.id, id) || n.stopping.load(crate::loom::Ordering::Relaxed) {

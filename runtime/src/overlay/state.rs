@@ -57,19 +57,6 @@ pub(crate) enum Msg {
         suspect: String,
         alive: bool,
     },
-    /// The idle rule proposes to close the connection this travels on;
-    /// `got`: the frames the proposer has received on it (see overlay.rs,
-    /// "Closing a connection").
-    Close {
-        got: u64,
-    },
-    /// The proposal is agreed: the sender sends nothing more on the
-    /// connection; `got`: the frames it has received on it.
-    CloseOk {
-        got: u64,
-    },
-    /// The close is called off (by either side).
-    CloseNo,
 }
 
 /// Active random walk length (HyParView's ARWL).
@@ -78,11 +65,6 @@ pub(super) const ARWL: u32 = 6;
 pub(super) const PRWL: u32 = 3;
 /// A `Neighbor` request unanswered this long is given up.
 pub(super) const ASK_TIMEOUT: Duration = Duration::from_secs(2);
-/// How long a connection stays frozen for a close the proposer has not
-/// carried out: twice [`ASK_TIMEOUT`], past which the proposer refuses the
-/// agreement (`CloseOk` after its proposal expired), so using it again is
-/// safe.
-pub(super) const FROZEN_MAX: Duration = Duration::from_secs(4);
 /// How long a connection the overlay opened for itself may stay silent.
 pub(super) const BRIEF_IDLE: Duration = Duration::from_millis(500);
 
@@ -135,13 +117,6 @@ pub(super) struct State {
     /// On-demand connections the overlay opened for itself (a probe, a
     /// walk's answer): closed after [`BRIEF_IDLE`] of silence.
     pub(super) brief: ahash::AHashSet<NodeId>,
-    /// This node's proposals to close a connection (`Msg::Close`) not
-    /// answered yet, and when made.
-    pub(super) closing: AHashMap<NodeId, Instant>,
-    /// Connections this node froze agreeing to a close, and when: a
-    /// proposer that never answers (its proposal expired, see
-    /// [`FROZEN_MAX`]) does not keep them frozen.
-    pub(super) frozen: AHashMap<NodeId, Instant>,
     pub(super) rng: u64,
     pub(super) last_shuffle: Instant,
     pub(super) last_sync: Instant,
@@ -157,17 +132,6 @@ pub(super) struct Out {
     pub(super) down: Vec<NodeId>,
     /// (asker, suspect): reach the suspect, answer the asker.
     pub(super) probe: Vec<(Option<NodeId>, Member)>,
-    /// Propose to close the (idle) connection to these nodes.
-    pub(super) close: Vec<NodeId>,
-    /// A proposal to close, from the node, with the count of frames this
-    /// node must have sent: agree if so, nothing sent since being in
-    /// flight.
-    pub(super) agree: Vec<(NodeId, u64)>,
-    /// This node's proposal was agreed, with the other side's count: close
-    /// if nothing sent since is in flight.
-    pub(super) confirm: Vec<(NodeId, u64)>,
-    /// A close called off: use the connection again.
-    pub(super) unfreeze: Vec<NodeId>,
 }
 pub(super) fn now_inc() -> u64 {
     std::time::SystemTime::now()
@@ -204,15 +168,6 @@ impl State {
             let n = self.up_count() + 1;
             ((usize::BITS - 1 - n.leading_zeros()) as usize + 1).max(2)
         })
-    }
-
-    /// Whether this node wants its connection to `id` kept (in the active
-    /// view, asked to be, a connect or a probe under way).
-    pub(super) fn keeps(&self, id: NodeId) -> bool {
-        self.active.contains(&id)
-            || self.asking.contains_key(&id)
-            || self.connecting.contains_key(&id)
-            || self.suspects.contains_key(&id)
     }
 
     pub(super) fn is_up(&self, id: NodeId) -> bool {
@@ -600,36 +555,6 @@ pub(super) fn handle(
                 ));
             }
         }
-        Msg::Close { got } => {
-            // Both proposed at once (each sent `Close` before it saw the
-            // other's): the smaller name's proposal stands, the other
-            // side answers it, its own `Close` the one frame of it that
-            // `got` cannot count.
-            let crossed = st.closing.contains_key(&from);
-            if crossed && st.me_id < from {
-                return;
-            }
-            // The proposer's view decides (as the unilateral close did):
-            // this side only checks that nothing of its own is in flight.
-            st.closing.remove(&from);
-            out.agree.push((from, got + u64::from(crossed)));
-        }
-        Msg::CloseOk { got } => {
-            let fresh = st
-                .closing
-                .remove(&from)
-                .is_some_and(|t| t.elapsed() < ASK_TIMEOUT);
-            if fresh && !st.keeps(from) {
-                out.confirm.push((from, got));
-            } else {
-                out.send.push((from, Msg::CloseNo));
-            }
-        }
-        Msg::CloseNo => {
-            st.closing.remove(&from);
-            st.frozen.remove(&from);
-            out.unfreeze.push(from);
-        }
         Msg::ProbeReq { suspect } => out.probe.push((Some(from), suspect)),
         Msg::ProbeAck { suspect, alive } => {
             st.probe_answer(NodeId::from_name(&suspect), alive, cfg, out)
@@ -663,18 +588,6 @@ pub(super) fn tick(
     }
     st.asking
         .retain(|_, t| now.duration_since(*t) < ASK_TIMEOUT);
-    // A proposal to close unanswered: given up (an answer after this is
-    // answered `CloseNo`).
-    st.closing
-        .retain(|_, t| now.duration_since(*t) < ASK_TIMEOUT);
-    let stale: Vec<NodeId> = (st.frozen.iter())
-        .filter(|(_, t)| now.duration_since(**t) >= FROZEN_MAX)
-        .map(|(id, _)| *id)
-        .collect();
-    for id in stale {
-        st.frozen.remove(&id);
-        out.unfreeze.push(id);
-    }
     // Fill the active view.
     let target = st.target(cfg);
     if st.active.len() + st.asking.len() < target {
@@ -768,15 +681,18 @@ pub(super) fn tick(
             }
         }
     }
-    // Close idle on-demand connections (a proposal: the other side agrees
-    // only if nothing is in flight, see overlay.rs).
+    // Close idle on-demand connections.
     for (id, count, watched) in usage {
-        if st.keeps(*id) || st.closing.contains_key(id) {
+        if st.active.contains(id)
+            || st.asking.contains_key(id)
+            || st.connecting.contains_key(id)
+            || st.suspects.contains_key(id)
+        {
             st.usage.insert(*id, (*count, now));
             continue;
         }
         let limit = if st.brief.contains(id) {
-            BRIEF_IDLE.min(cfg.idle_close)
+            BRIEF_IDLE
         } else {
             cfg.idle_close
         };
@@ -792,9 +708,9 @@ pub(super) fn tick(
                 out.send.push((*id, Msg::Disconnect));
             }
         } else if now.duration_since(e.1) >= limit {
+            out.disconnect.push(*id);
             *e = (*count, now);
-            st.closing.insert(*id, now);
-            out.close.push(*id);
+            st.brief.remove(id);
         }
     }
 }
@@ -835,8 +751,6 @@ mod tests {
             usage: AHashMap::new(),
             told: AHashMap::new(),
             brief: Default::default(),
-            closing: AHashMap::new(),
-            frozen: AHashMap::new(),
             rng: id(name).0 | 1,
             last_shuffle: now,
             last_sync: now,
@@ -1029,104 +943,5 @@ mod tests {
         assert!(other.merge(&member("r", inc, false), NOT_CONNECTED, &mut out));
         assert!(other.merge(&members[0], NOT_CONNECTED, &mut out));
         assert!(other.is_up(id("r")));
-    }
-
-    #[test]
-    fn the_idle_rule_proposes_a_close_and_the_answers_follow_the_protocol() {
-        let cfg = cfg().idle_close(Duration::ZERO);
-        let mut st = state("p");
-        let q = know(&mut st, "q");
-        // A full active view of two others.
-        let (x, y) = (know(&mut st, "x"), know(&mut st, "y"));
-        st.active = vec![x, y];
-        // An on-demand connection, idle: proposed, not closed.
-        let mut out = Out::default();
-        tick(&mut st, &cfg, &mut out, &[(q, 7, false)]);
-        tick(&mut st, &cfg, &mut out, &[(q, 7, false)]);
-        assert_eq!(out.close, vec![q]);
-        assert!(out.disconnect.is_empty());
-        assert!(st.closing.contains_key(&q));
-        // Agreed: confirm (the caller closes if nothing sent since).
-        let mut out = Out::default();
-        handle(
-            &mut st,
-            &cfg,
-            &mut out,
-            q,
-            Msg::CloseOk { got: 3 },
-            NOT_CONNECTED,
-        );
-        assert_eq!(out.confirm, vec![(q, 3)]);
-        assert!(st.closing.is_empty());
-        // An answer to no proposal: called off.
-        let mut out = Out::default();
-        handle(
-            &mut st,
-            &cfg,
-            &mut out,
-            q,
-            Msg::CloseOk { got: 3 },
-            NOT_CONNECTED,
-        );
-        assert!(out.confirm.is_empty());
-        assert!(matches!(sent_to(&out, q)[..], [Msg::CloseNo]));
-        // A proposal: agree (the caller checks the count).
-        let mut out = Out::default();
-        handle(
-            &mut st,
-            &cfg,
-            &mut out,
-            q,
-            Msg::Close { got: 2 },
-            NOT_CONNECTED,
-        );
-        assert_eq!(out.agree, vec![(q, 2)]);
-        // `CloseNo`: the proposal is gone, the connection used again.
-        st.closing.insert(q, Instant::now());
-        let mut out = Out::default();
-        handle(&mut st, &cfg, &mut out, q, Msg::CloseNo, NOT_CONNECTED);
-        assert!(st.closing.is_empty());
-        assert_eq!(out.unfreeze, vec![q]);
-    }
-
-    #[test]
-    fn crossed_proposals_keep_the_smaller_names() {
-        let cfg = cfg();
-        let (mut p, mut q) = (state("p"), state("q"));
-        know(&mut p, "q");
-        know(&mut q, "p");
-        p.closing.insert(q.me_id, Instant::now());
-        q.closing.insert(p.me_id, Instant::now());
-        let (small, big) = if p.me_id < q.me_id {
-            (&mut p, &mut q)
-        } else {
-            (&mut q, &mut p)
-        };
-        let (sid, bid) = (small.me_id, big.me_id);
-        // The smaller ignores the other's proposal; its own stands.
-        let mut out = Out::default();
-        handle(
-            small,
-            &cfg,
-            &mut out,
-            bid,
-            Msg::Close { got: 4 },
-            NOT_CONNECTED,
-        );
-        assert!(out.send.is_empty() && out.agree.is_empty());
-        assert!(small.closing.contains_key(&bid));
-        // The bigger withdraws its own and agrees, counting its own
-        // `Close` that the smaller had not seen.
-        let mut out = Out::default();
-        handle(
-            big,
-            &cfg,
-            &mut out,
-            sid,
-            Msg::Close { got: 4 },
-            NOT_CONNECTED,
-        );
-        assert_eq!(out.agree, vec![(sid, 5)]);
-        assert!(big.closing.is_empty());
     }
 }
