@@ -40,8 +40,13 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 
 /// `n` nodes, each joining through the one before it.
 fn cluster(n: usize) -> Vec<Node> {
+    cluster_of(n, config)
+}
+
+/// `n` nodes of configuration `cfg`, each joining through the one before it.
+fn cluster_of(n: usize, cfg: impl Fn() -> NodeConfig) -> Vec<Node> {
     let _ = env_logger::builder().is_test(true).try_init();
-    let nodes: Vec<Node> = (0..n).map(|_| Node::start(config()).unwrap()).collect();
+    let nodes: Vec<Node> = (0..n).map(|_| Node::start(cfg()).unwrap()).collect();
     for i in 1..nodes.len() {
         let contact = nodes[(i - 1) / 2].addr();
         // A handshake may time out on a loaded machine: try again.
@@ -224,22 +229,28 @@ fn a_partition_of_two_halves_heals_after_it_ends() {
     }
 }
 
-/// Ignored: it found a defect that is not fixed yet. In a clean-clone CI
-/// run (2 cores, nothing else running) node 15 received node 0's message
-/// 776 where 565 was due: 211 messages sent on a steady stream right after
-/// formation were lost, with no error to the sender and no node-down. A
-/// connection carrying user traffic is closed (by the overlay's eviction
-/// or idle rules, or as the loser of a simultaneous connect) with frames
-/// still in flight. Partial stays opt-in until this passes every run.
+/// Streams between eight pairs of a 16-node cluster, sent right after it
+/// formed, in bursts with pauses about as long as the idle rule takes
+/// (`idle_close` 100 ms): on-demand connections between the pairs close
+/// and open again while the streams run. Every message arrives, in order.
+/// Ignored: the known defect of `overlay.rs` (a unilateral idle close with
+/// frames in flight; docs/decisions.md, h-loss).
 #[test]
-#[ignore = "known defect: Topology::Partial can lose messages while connections settle (see the doc comment)"]
+#[ignore = "known defect: Topology::Partial can lose messages when an idle connection is closed (see overlay.rs)"]
 fn no_message_is_lost_or_reordered_between_pairs() {
     let _s = serial();
     let n = 16;
-    let nodes = cluster(n);
+    let nodes = cluster_of(n, || {
+        config().overlay(
+            OverlayConfig::default()
+                .idle_close(Duration::from_millis(100))
+                .probe_timeout(Duration::from_millis(500)),
+        )
+    });
     let per = 2_000u32;
     let pairs: Vec<(usize, usize)> = (0..n / 2).map(|i| (i, n - 1 - i)).collect();
-    let (tx, rx) = std::sync::mpsc::channel::<(usize, u32)>();
+    // (sender, Ok(count) or Err((due, arrived)))
+    let (tx, rx) = std::sync::mpsc::channel::<(usize, Result<u32, (u32, u32)>)>();
     for &(from, to) in &pairs {
         let tx = tx.clone();
         let recv = nodes[to]
@@ -247,24 +258,35 @@ fn no_message_is_lost_or_reordered_between_pairs() {
                 for want in 0..per {
                     let (src, k): (usize, u32) = expect();
                     assert_eq!(src, from);
-                    assert_eq!(k, want, "out of order from node {from}");
+                    if k != want {
+                        tx.send((from, Err((want, k)))).unwrap();
+                        return;
+                    }
                 }
-                tx.send((from, per)).unwrap();
+                tx.send((from, Ok(per))).unwrap();
             })
             .unwrap();
         nodes[from]
             .spawn(move || {
                 for k in 0..per {
                     send(recv, (from, k));
+                    if k % 25 == 24 {
+                        sleep(Duration::from_millis(u64::from(100 + (k * 7) % 50)));
+                    }
                 }
             })
             .unwrap();
     }
     for _ in &pairs {
-        let (_, k) = rx
+        match rx
             .recv_timeout(Duration::from_secs(60))
-            .expect("all arrive in order");
-        assert_eq!(k, per);
+            .expect("all arrive")
+        {
+            (_, Ok(k)) => assert_eq!(k, per),
+            (from, Err((want, got))) => {
+                panic!("node {from}'s message {got} arrived where {want} was due")
+            }
+        }
     }
     for x in nodes {
         x.shutdown();
@@ -302,4 +324,124 @@ fn monitor_nodes_follows_membership() {
     eventually("the others drop it", || {
         nodes.iter().all(|x| !x.nodes().contains(&last))
     });
+}
+
+/// A stream each way between two nodes while the overlay evicts one from
+/// the other's active view (four nodes join through them, active views of
+/// two) and closes the idle on-demand link between them (`idle_close`
+/// 100 ms; the streams pause between bursts so that closes land on
+/// and around the bursts: most pauses last 100 to 150 ms, just as long as
+/// it takes the idle rule to fire, every tenth 550 ms, past the 500 ms of a
+/// connection the overlay opened for itself). Every message arrives once,
+/// in order. Ignored: a close landing on a burst loses the frames in flight
+/// (the known defect of `overlay.rs`; one run in ten or so on an idle
+/// machine, see docs/decisions.md, h-loss).
+#[test]
+#[ignore = "known defect: Topology::Partial can lose messages when an idle connection is closed (see overlay.rs)"]
+fn streams_survive_eviction_and_idle_close() {
+    let _s = serial();
+    let _ = env_logger::builder().is_test(true).try_init();
+    let small = || {
+        config().overlay(
+            OverlayConfig::default()
+                .active_size(2)
+                .idle_close(Duration::from_millis(100))
+                .probe_timeout(Duration::from_millis(500)),
+        )
+    };
+    let a = Node::start(small()).unwrap();
+    let b = Node::start(small()).unwrap();
+    b.connect(a.addr()).unwrap();
+    // Each has the other as a member: its connection is announced on both
+    // sides (a send from `a` before that finds no node to send to).
+    within("a and b joined", 30, || {
+        a.nodes().contains(&b.id()) && b.nodes().contains(&a.id())
+    });
+    let bursts = 120u32;
+    let burst = 25u32;
+    let total = bursts * burst;
+    // (direction, Ok(count) or Err((want, got)))
+    let (tx, rx) = std::sync::mpsc::channel::<(u8, Result<u32, (u32, u32)>)>();
+    let stream = |dir: u8, from: &Node, to: &Node| {
+        let tx = tx.clone();
+        let recv = to
+            .spawn(move || {
+                for want in 0..total {
+                    let (d, k): (u8, u32) = expect();
+                    assert_eq!(d, dir);
+                    if k != want {
+                        tx.send((dir, Err((want, k)))).unwrap();
+                        return;
+                    }
+                }
+                tx.send((dir, Ok(total))).unwrap();
+            })
+            .unwrap();
+        from.spawn(move || {
+            for i in 0..bursts {
+                for j in 0..burst {
+                    send(recv, (dir, i * burst + j));
+                }
+                let pause = if i % 10 == 9 {
+                    550
+                } else {
+                    100 + (i * 37) % 50
+                };
+                sleep(Duration::from_millis(u64::from(pause)));
+            }
+        })
+        .unwrap();
+    };
+    stream(0, &a, &b);
+    stream(1, &b, &a);
+    // While they run: joiners through `a` (and `b`), taken into active
+    // views of two, until `b` has been evicted from `a`'s active view and
+    // the link between them closed, each at least once (`a` is watched).
+    let (bid, bname) = (b.id(), b.name().to_string());
+    let (mut was_active, mut was_connected) = (false, false);
+    let (mut evictions, mut closes) = (0u32, 0u32);
+    let mut others = Vec::new();
+    let mut next_join = Instant::now() + Duration::from_millis(700);
+    let (t, mut ended) = (Instant::now(), 0);
+    while ended < 2 {
+        let active = a.overlay_view().unwrap().active.contains(&bid);
+        let connected = a.stats().peers.iter().any(|p| p.name == bname);
+        evictions += u32::from(was_active && !active);
+        closes += u32::from(was_connected && !connected);
+        (was_active, was_connected) = (active, connected);
+        let enough = others.len() >= 4 && evictions > 0 && closes > 0;
+        if others.len() < 10 && !enough && Instant::now() >= next_join {
+            let x = Node::start(small()).unwrap();
+            let contact = if others.len() % 3 == 2 {
+                b.addr()
+            } else {
+                a.addr()
+            };
+            let mut tries = 0;
+            while let Err(e) = x.connect(contact) {
+                tries += 1;
+                assert!(tries < 10, "cannot join: {e}");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            others.push(x);
+            next_join = Instant::now() + Duration::from_millis(700);
+        }
+        match rx.recv_timeout(Duration::from_millis(10)) {
+            Ok((_, Ok(k))) => {
+                assert_eq!(k, total);
+                ended += 1;
+            }
+            Ok((dir, Err((want, got)))) => {
+                panic!("stream {dir}: message {got} arrived where {want} was due")
+            }
+            Err(_) => assert!(t.elapsed() < Duration::from_secs(120), "streams hang"),
+        }
+    }
+    eprintln!("b left a's active view {evictions} times, the a-b link closed {closes} times");
+    assert!(evictions > 0 && closes > 0, "no eviction or no close");
+    for x in others {
+        x.shutdown();
+    }
+    a.shutdown();
+    b.shutdown();
 }

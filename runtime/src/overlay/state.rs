@@ -714,3 +714,234 @@ pub(super) fn tick(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg() -> OverlayConfig {
+        OverlayConfig::default().active_size(2)
+    }
+
+    fn id(name: &str) -> NodeId {
+        NodeId::from_name(name)
+    }
+
+    fn member(name: &str, inc: u64, up: bool) -> Member {
+        let port = 1000 + name.bytes().map(u16::from).sum::<u16>();
+        Member {
+            name: name.into(),
+            addr: format!("127.0.0.1:{port}"),
+            inc,
+            up,
+        }
+    }
+
+    fn state(name: &str) -> State {
+        let now = Instant::now();
+        State {
+            me: member(name, 10, true),
+            me_id: id(name),
+            members: AHashMap::new(),
+            active: Vec::new(),
+            passive: Vec::new(),
+            asking: AHashMap::new(),
+            suspects: AHashMap::new(),
+            connecting: AHashMap::new(),
+            usage: AHashMap::new(),
+            told: AHashMap::new(),
+            brief: Default::default(),
+            rng: id(name).0 | 1,
+            last_shuffle: now,
+            last_sync: now,
+            last_probe: now,
+        }
+    }
+
+    /// `st` knows `name` (up, incarnation 5).
+    fn know(st: &mut State, name: &str) -> NodeId {
+        assert!(st.merge(&member(name, 5, true), &|_| false, &mut Out::default()));
+        id(name)
+    }
+
+    fn sent_to(out: &Out, to: NodeId) -> Vec<&Msg> {
+        out.send
+            .iter()
+            .filter(|(t, _)| *t == to)
+            .map(|(_, m)| m)
+            .collect()
+    }
+
+    const NOT_CONNECTED: &dyn Fn(NodeId) -> bool = &|_| false;
+
+    #[test]
+    fn a_join_takes_the_joiner_and_starts_walks_on_the_other_neighbours() {
+        let mut st = state("c");
+        let n1 = know(&mut st, "n1");
+        st.active.push(n1);
+        let mut out = Out::default();
+        handle(
+            &mut st,
+            &cfg(),
+            &mut out,
+            id("j"),
+            Msg::Join {
+                me: member("j", 1, true),
+            },
+            NOT_CONNECTED,
+        );
+        assert!(st.active.contains(&id("j")) && st.is_up(id("j")));
+        assert_eq!(out.up.len(), 1, "the joiner is announced");
+        assert!(matches!(
+            sent_to(&out, id("j"))[..],
+            [Msg::Sync { reply: false, .. }]
+        ));
+        let walks = sent_to(&out, n1);
+        assert!(walks
+            .iter()
+            .any(|m| matches!(m, Msg::ForwardJoin { ttl, .. } if *ttl == ARWL)));
+        assert!(
+            walks.iter().any(|m| matches!(m, Msg::Gossip { .. })),
+            "news flooded"
+        );
+    }
+
+    #[test]
+    fn a_forward_join_walk_goes_on_then_ends_in_a_neighbour_request() {
+        let cfg = cfg();
+        let (j, from) = (member("j", 1, true), id("f"));
+        // Alive walk, ttl = PRWL: the joiner goes into the passive view and
+        // the walk goes on to another neighbour.
+        let mut st = state("w");
+        let f = know(&mut st, "f");
+        let n2 = know(&mut st, "n2");
+        st.active = vec![f, n2];
+        let mut out = Out::default();
+        let msg = Msg::ForwardJoin {
+            joiner: j.clone(),
+            ttl: PRWL,
+        };
+        handle(&mut st, &cfg, &mut out, from, msg, NOT_CONNECTED);
+        assert!(st.passive.contains(&id("j")));
+        assert!(sent_to(&out, n2)
+            .iter()
+            .any(|m| matches!(m, Msg::ForwardJoin { ttl, .. } if *ttl == PRWL - 1)));
+        // ttl 0: the walk ends here; this node asks the joiner, with priority.
+        let mut st = state("w");
+        let f = know(&mut st, "f");
+        let n2 = know(&mut st, "n2");
+        st.active = vec![f, n2];
+        let mut out = Out::default();
+        let msg = Msg::ForwardJoin {
+            joiner: j.clone(),
+            ttl: 0,
+        };
+        handle(&mut st, &cfg, &mut out, from, msg, NOT_CONNECTED);
+        assert!(st.asking.contains_key(&id("j")));
+        assert!(matches!(
+            sent_to(&out, id("j"))[..],
+            [Msg::Neighbor { high: true, .. }]
+        ));
+        // A node with one neighbour (the sender) ends the walk too.
+        let mut st = state("w");
+        let f = know(&mut st, "f");
+        st.active = vec![f];
+        let mut out = Out::default();
+        let msg = Msg::ForwardJoin { joiner: j, ttl: 5 };
+        handle(&mut st, &cfg, &mut out, from, msg, NOT_CONNECTED);
+        assert!(st.asking.contains_key(&id("j")));
+    }
+
+    #[test]
+    fn a_full_active_view_evicts_a_neighbour_into_the_passive_view() {
+        let cfg = cfg();
+        let mut st = state("e");
+        let (x, y, z) = (know(&mut st, "x"), know(&mut st, "y"), know(&mut st, "z"));
+        let mut out = Out::default();
+        st.add_active(x, &cfg, &mut out);
+        st.add_active(y, &cfg, &mut out);
+        assert!(out.send.is_empty(), "room for two");
+        st.add_active(z, &cfg, &mut out);
+        assert_eq!(st.active.len(), 2);
+        assert!(st.active.contains(&z));
+        let [(old, Msg::Disconnect)] = &out.send[..] else {
+            panic!("one Disconnect");
+        };
+        assert!(*old == x || *old == y);
+        assert!(st.passive.contains(old) && st.brief.contains(old));
+        assert!(out.disconnect.is_empty(), "demoted, not disconnected");
+        // The evicted side drops this node from its active view only.
+        let mut ev = state("x");
+        let e = know(&mut ev, "e");
+        ev.active.push(e);
+        let mut out = Out::default();
+        handle(
+            &mut ev,
+            &cfg,
+            &mut out,
+            id("e"),
+            Msg::Disconnect,
+            NOT_CONNECTED,
+        );
+        assert!(ev.active.is_empty() && ev.passive.contains(&id("e")));
+        assert!(out.disconnect.is_empty());
+    }
+
+    #[test]
+    fn incarnations_newer_wins_and_at_equal_down_wins() {
+        let mut st = state("m");
+        let mut out = Out::default();
+        let x = know(&mut st, "x"); // incarnation 5, up
+                                    // Older: ignored.
+        assert!(!st.merge(&member("x", 4, false), NOT_CONNECTED, &mut out));
+        assert!(st.is_up(x));
+        // Equal and up: no news.
+        assert!(!st.merge(&member("x", 5, true), NOT_CONNECTED, &mut out));
+        // Equal and down: down wins, the connection goes.
+        st.active.push(x);
+        assert!(st.merge(&member("x", 5, false), NOT_CONNECTED, &mut out));
+        assert!(!st.is_up(x) && st.active.is_empty());
+        assert_eq!(out.down, vec![x]);
+        assert_eq!(out.disconnect, vec![x]);
+        // Equal and up again: down still wins.
+        assert!(!st.merge(&member("x", 5, true), NOT_CONNECTED, &mut out));
+        // Newer and up: back.
+        let mut out = Out::default();
+        assert!(st.merge(&member("x", 6, true), NOT_CONNECTED, &mut out));
+        assert!(st.is_up(x));
+        assert_eq!(out.up.len(), 1);
+        // Down, but this node holds a live connection to it: not applied,
+        // the member is told (so that it refutes).
+        let mut out = Out::default();
+        assert!(!st.merge(&member("x", 6, false), &|_| true, &mut out));
+        assert!(st.is_up(x));
+        assert!(matches!(sent_to(&out, x)[..], [Msg::Gossip { .. }]));
+    }
+
+    #[test]
+    fn a_node_told_it_is_down_refutes_with_a_newer_incarnation() {
+        let mut st = state("r");
+        let a = know(&mut st, "a");
+        st.active.push(a);
+        let inc = st.me.inc;
+        let mut out = Out::default();
+        // An older claim: nothing to refute.
+        assert!(!st.merge(&member("r", inc - 1, false), NOT_CONNECTED, &mut out));
+        assert_eq!(st.me.inc, inc);
+        assert!(out.send.is_empty());
+        assert!(!st.merge(&member("r", inc, false), NOT_CONNECTED, &mut out));
+        assert_eq!(st.me.inc, inc + 1);
+        assert!(st.me.up);
+        let [Msg::Gossip { members }] = &sent_to(&out, a)[..] else {
+            panic!("the refutation is flooded");
+        };
+        assert_eq!(members[0].inc, inc + 1);
+        assert!(members[0].up);
+        // The refutation wins over the claim where it arrives.
+        let mut other = state("o");
+        let mut out = Out::default();
+        assert!(other.merge(&member("r", inc, false), NOT_CONNECTED, &mut out));
+        assert!(other.merge(&members[0], NOT_CONNECTED, &mut out));
+        assert!(other.is_up(id("r")));
+    }
+}
