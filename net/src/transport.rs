@@ -725,9 +725,7 @@ impl Inner {
                 next_scan = now + scan_every;
                 let keys: Vec<usize> = conns.keys().copied().collect();
                 for key in keys {
-                    self.serve(&mut conns, &mut again, key, |c, _| {
-                        c.scan(now).map(|()| false)
-                    });
+                    self.serve(&mut conns, &mut again, key, |c, h| c.scan(now, h));
                 }
             }
             let expired: Vec<usize> = (pending.iter())
