@@ -64,13 +64,30 @@ pub enum IoMode {
 }
 
 impl IoMode {
-    /// The default: [`IoMode::Threads`], unless the environment variable
-    /// `GRAFT_NET_IO` is `poller` (so that a whole test suite can run on
-    /// either).
+    /// The default when the environment does not say: [`IoMode::Threads`].
+    pub const DEFAULT: IoMode = IoMode::Threads;
+
+    /// The mode the environment variable `GRAFT_NET_IO` names (`poller` or
+    /// `threads`, so that a whole test suite can run on either), else
+    /// [`IoMode::DEFAULT`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use graft_net::IoMode;
+    ///
+    /// let mode = IoMode::from_env();
+    /// assert!(mode == IoMode::Poller || mode == IoMode::Threads);
+    /// ```
     pub fn from_env() -> IoMode {
         match std::env::var("GRAFT_NET_IO").as_deref() {
             Ok("poller") => IoMode::Poller,
-            _ => IoMode::Threads,
+            Ok("threads") => IoMode::Threads,
+            Ok(other) => {
+                log::warn!("graft-net: GRAFT_NET_IO={other:?} is neither poller nor threads");
+                IoMode::DEFAULT
+            }
+            Err(_) => IoMode::DEFAULT,
         }
     }
 }
