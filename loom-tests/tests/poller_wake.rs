@@ -254,7 +254,11 @@ fn run(direct: [bool; 3], park: Park) {
             rest
         );
         assert!(!o.armed && !c.interest.load(SeqCst));
-        assert_eq!(*c.wire.lock().unwrap(), vec![0, 1, 2], "every frame, in order");
+        assert_eq!(
+            *c.wire.lock().unwrap(),
+            vec![0, 1, 2],
+            "every frame, in order"
+        );
     });
 }
 

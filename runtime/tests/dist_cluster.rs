@@ -672,7 +672,11 @@ fn a_spawn_whose_environment_decodes_slowly_holds_up_nothing_else() {
             let quick = spawn_on(b_id, me, |me| send(me, 7u8)).is_ok();
             let seven = expect_timeout::<u8>(Duration::from_secs(20));
             open_gate();
-            (quick, seven, expect_timeout::<bool>(Duration::from_secs(40)))
+            (
+                quick,
+                seven,
+                expect_timeout::<bool>(Duration::from_secs(40)),
+            )
         })
         .unwrap();
     assert_eq!(r, (true, Some(7), Some(true)));
