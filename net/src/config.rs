@@ -56,21 +56,38 @@ pub struct NetConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum IoMode {
-    /// A reader and a writer OS thread per peer (the default).
+    /// A reader and a writer OS thread per peer.
     Threads,
     /// Every socket on a poller driven by [`io_threads`](NetConfig::io_threads)
-    /// I/O threads: no thread per connection.
+    /// I/O threads: no thread per connection (the default).
     Poller,
 }
 
 impl IoMode {
-    /// The default: [`IoMode::Threads`], unless the environment variable
-    /// `GRAFT_NET_IO` is `poller` (so that a whole test suite can run on
-    /// either).
+    /// The default when the environment does not say: [`IoMode::Poller`].
+    pub const DEFAULT: IoMode = IoMode::Poller;
+
+    /// The mode the environment variable `GRAFT_NET_IO` names (`poller` or
+    /// `threads`, so that a whole test suite can run on either), else
+    /// [`IoMode::DEFAULT`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use graft_net::IoMode;
+    ///
+    /// let mode = IoMode::from_env();
+    /// assert!(mode == IoMode::Poller || mode == IoMode::Threads);
+    /// ```
     pub fn from_env() -> IoMode {
         match std::env::var("GRAFT_NET_IO").as_deref() {
             Ok("poller") => IoMode::Poller,
-            _ => IoMode::Threads,
+            Ok("threads") => IoMode::Threads,
+            Ok(other) => {
+                log::warn!("graft-net: GRAFT_NET_IO={other:?} is neither poller nor threads");
+                IoMode::DEFAULT
+            }
+            Err(_) => IoMode::DEFAULT,
         }
     }
 }

@@ -209,28 +209,40 @@ impl IoConn {
         Ok(true)
     }
 
-    /// The periodic check (see "Timers").
-    pub(crate) fn scan(&mut self, now: Instant) -> Result<(), NetError> {
+    /// The periodic check (see "Timers"); `Ok(true)`: there may be more to
+    /// read (visit again soon).
+    ///
+    /// Silence and a stuck write are measured by this thread's clock, and
+    /// this thread may itself have been held (a handler that took long on
+    /// another connection): so before failing the connection it looks at
+    /// the socket, reading what waits there (and delivering it) or writing
+    /// what it can take, and fails it only if that finds nothing.
+    pub(crate) fn scan(&mut self, now: Instant, handler: &dyn Handler) -> Result<bool, NetError> {
         if self.conn.is_closed() {
             return Err(self.conn.reason());
         }
         let dead = self.conn.dead_after();
-        let silent = now.saturating_duration_since(self.last_rx);
-        if silent >= dead {
-            return Err(NetError::HeartbeatTimeout(silent));
+        let mut more = false;
+        if now.saturating_duration_since(self.last_rx) >= dead {
+            more = self.read(handler)?;
+            let silent = Instant::now().saturating_duration_since(self.last_rx);
+            if silent >= dead {
+                return Err(NetError::HeartbeatTimeout(silent));
+            }
         }
         if self.parts.in_progress() > 0 {
             self.parts.check_stalled(now, dead)?;
         }
-        if self.write.stuck() {
-            let stuck = now.saturating_duration_since(self.write.progress);
-            if stuck >= dead {
+        if self.write.stuck() && now.saturating_duration_since(self.write.progress) >= dead {
+            self.conn.write_pass(&mut self.write)?;
+            let stuck = Instant::now().saturating_duration_since(self.write.progress);
+            if self.write.stuck() && stuck >= dead {
                 return Err(NetError::Io(Arc::new(std::io::Error::new(
                     std::io::ErrorKind::TimedOut,
                     format!("a write made no progress for {stuck:?}"),
                 ))));
             }
         }
-        Ok(())
+        Ok(more)
     }
 }

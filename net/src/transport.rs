@@ -8,7 +8,7 @@
 //! | `graft-net-rd`     | 1 per peer   | reads (after the handshake)                     |
 //! | `graft-net-wr`     | 1 per peer   | flushes the outbox, sends heartbeats            |
 //!
-//! That is [`IoMode::Threads`] (the default). In [`IoMode::Poller`] there
+//! That is [`IoMode::Threads`]. In [`IoMode::Poller`] (the default) there
 //! is no thread per peer: `io_threads` threads `graft-net-io` (the first
 //! also accepts) read and write every established connection, and one
 //! `graft-net-tick` sends heartbeats (see `io.rs`).
@@ -725,9 +725,7 @@ impl Inner {
                 next_scan = now + scan_every;
                 let keys: Vec<usize> = conns.keys().copied().collect();
                 for key in keys {
-                    self.serve(&mut conns, &mut again, key, |c, _| {
-                        c.scan(now).map(|()| false)
-                    });
+                    self.serve(&mut conns, &mut again, key, |c, h| c.scan(now, h));
                 }
             }
             let expired: Vec<usize> = (pending.iter())

@@ -333,7 +333,14 @@ fn truncated_and_stalled_messages_are_dropped() {
 #[test]
 fn busy_limit_and_drain_wakeups() {
     init_log();
-    let (a, _ra) = start(config("a", "c").busy_limit(256 << 10));
+    // The raw client sends no heartbeats: a window long enough for a
+    // loaded machine to fill the socket buffers (this test is about
+    // backpressure, not liveness).
+    let (a, _ra) = start(
+        config("a", "c")
+            .busy_limit(256 << 10)
+            .heartbeat(Duration::from_secs(10)),
+    );
     let (mut raw, _) = RawClient::connect(a.local_addr(), &config("slow", "c")).unwrap();
     wait_until("a lists slow", || a.peers().len() == 1);
     let peer = a.peers()[0].clone();

@@ -1,14 +1,16 @@
 //! The poller transport ([`IoMode::Poller`]) explicitly, whatever
 //! `GRAFT_NET_IO` says: a peer that stops reading does not stall the
-//! others; heartbeats keep idle peers up and find silent ones; several I/O
-//! threads share the peers.
+//! others; heartbeats keep idle peers up and find silent ones; a handler
+//! that holds the I/O thread past the dead window takes no peer down;
+//! several I/O threads share the peers.
 
 mod common;
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
-use graft_net::{IoMode, NetError, RawClient};
+use graft_net::{Handler, IoMode, NetError, PeerInfo, RawClient, Transport};
 
 fn poller(name: &str) -> graft_net::NetConfig {
     config(name, "c").io(IoMode::Poller)
@@ -119,4 +121,71 @@ fn several_io_threads_share_the_peers_and_large_messages_arrive_whole() {
         t.shutdown();
     }
     assert_eq!(rh.downs().len(), 5);
+}
+
+/// A frame with this payload holds the handler (so its I/O thread) for
+/// `Slow::hold`.
+const SLOW: &[u8] = b"slow";
+
+/// A [`Recorder`] whose handler takes long on one payload, as user code
+/// might (a slow decode, a panic printing its backtrace).
+struct Slow {
+    rec: Arc<Recorder>,
+    hold: Duration,
+}
+
+impl Handler for Slow {
+    fn peer_up(&self, peer: &PeerInfo) {
+        self.rec.peer_up(peer)
+    }
+    fn frame(&self, peer: &PeerInfo, kind: u8, payload: Vec<u8>) {
+        if payload == SLOW {
+            std::thread::sleep(self.hold);
+        }
+        self.rec.frame(peer, kind, payload)
+    }
+    fn peer_down(&self, peer: &PeerInfo, reason: &NetError) {
+        self.rec.peer_down(peer, reason)
+    }
+}
+
+#[test]
+fn a_handler_holding_the_io_thread_past_the_dead_window_takes_no_peer_down() {
+    init_log();
+    // Windows long enough that a loaded machine does not stall a thread
+    // for one (the hold is what must not take anyone down).
+    let tick = Duration::from_millis(200);
+    let cfg = |name: &str| poller(name).heartbeat(tick).heartbeat_misses(3);
+    let rh = Recorder::new();
+    let hold = tick * 3 * 5;
+    let hub = Transport::start(
+        cfg("hub"),
+        Arc::new(Slow {
+            rec: rh.clone(),
+            hold,
+        }),
+    )
+    .unwrap();
+    let (p1, r1) = start(cfg("p1"));
+    let (p2, r2) = start(cfg("p2"));
+    let h1 = p1.connect(hub.local_addr()).unwrap();
+    let h2 = p2.connect(hub.local_addr()).unwrap();
+    wait_until("both up on the hub", || hub.peers().len() == 2);
+    // The hub's one I/O thread spends five dead windows in p1's handler;
+    // p2 keeps sending heartbeats meanwhile, which wait in its socket.
+    p1.send(h1.id, 50, SLOW).unwrap();
+    rh.wait_for("the slow frame handled", |ev| count_frames(ev) == 1);
+    // Some scans later, every peer is still up, on both sides.
+    std::thread::sleep(tick * 10);
+    assert!(rh.downs().is_empty(), "{:?}", rh.downs());
+    assert!(r1.downs().is_empty() && r2.downs().is_empty());
+    for (t, h) in [(&p1, &h1), (&p2, &h2)] {
+        t.send(h.id, 51, b"after").unwrap();
+    }
+    rh.wait_for("both frames after", |ev| count_frames(ev) == 3);
+    hub.shutdown();
+    p1.shutdown();
+    p2.shutdown();
+    assert_eq!(rh.downs().len(), 2);
+    assert_lifecycles(&rh.events());
 }

@@ -955,7 +955,7 @@ fn on_ctl(n: &std::sync::Arc<NodeShared>, peer: &PeerInfo, from: NodeId, c: Ctl)
             link,
         } => {
             // On success the new process answers itself (see `remote_spawn`).
-            if let Err(e) = remote_spawn(n, peer, from, req, &body, link.then_some(reply_to)) {
+            if let Err(e) = remote_spawn(n, peer, from, req, body, link.then_some(reply_to)) {
                 let result = Err(e.to_string());
                 let reply = Ctl::SpawnReply {
                     req,
@@ -1117,47 +1117,81 @@ fn on_ctl(n: &std::sync::Arc<NodeShared>, peer: &PeerInfo, from: NodeId, c: Ctl)
 /// [`queue`]), and the asking node takes them in one wake-up instead of two. (A process runs its first
 /// instructions before it acts on any signal, so the reply always goes,
 /// unless its node stops first, which the asker sees as a lost node.)
+///
+/// The body is decoded by the new process too, on a worker: its
+/// environment's decoding is user code (a hand-written `Mobile`), and on
+/// the connection's thread (the poller's I/O thread, which reads every
+/// peer it holds, or the peer's reader thread) a slow or panicking decode
+/// would stall reading. A body that does not decode (or whose decoding
+/// panics) is answered with an error and its process ends unlinked.
 fn remote_spawn(
     n: &NodeShared,
     peer: &PeerInfo,
     from: NodeId,
     req: u64,
-    body: &[u8],
+    body: Vec<u8>,
     link: Option<Pid>,
 ) -> Result<Pid, Error> {
-    // Whether this node has the body's code is the code id's business
-    // (`DecodeError::NotRegistered`), not the peer's build fingerprint: the
-    // functions two builds have in common can be spawned either way.
-    // The environment's decoding is user code (a hand-written `Mobile`)
-    // running on this connection's reader thread: a panic in it is this
-    // request's failure, not the connection's.
-    let decoded = std::panic::catch_unwind(|| graph::decode::<MobileFnOnce<()>>(body));
-    let f = match decoded {
-        Ok(r) => r.map_err(Error::Decode)?,
-        Err(_) => {
-            return Err(Error::Remote(
-                "decoding the spawn body panicked on this node".into(),
-            ))
-        }
-    };
     let spec = SpawnSpec {
         link,
         ..SpawnSpec::default()
     };
     let pid = n.spawn(spec, move || {
+        let n = crate::context::node();
         let me = crate::context::self_pid();
+        let f = match decode_spawn_body(&body) {
+            Ok(f) => f,
+            Err(e) => {
+                if let Some(remote) = link {
+                    // Unlinked before the record is forgotten: see below.
+                    n.unlink_local(me, remote);
+                    n.dist.forget_link(me, remote);
+                }
+                let reply = Ctl::SpawnReply {
+                    req,
+                    result: Err(e.to_string()),
+                    linked: false,
+                };
+                let _ = n.dist.send_ctl(from, &reply);
+                return;
+            }
+        };
+        drop(body);
         let reply = Ctl::SpawnReply {
             req,
             result: Ok(me),
             linked: link.is_some(),
         };
-        let _ = crate::context::node().dist.send_ctl(from, &reply);
+        let _ = n.dist.send_ctl(from, &reply);
         f.call()
     })?;
     if let Some(remote) = link {
         n.dist.record_link(pid, remote, peer.id);
+        // The process may have unlinked itself (its body did not decode)
+        // or ended before this record: then the record is forgotten here
+        // (it unlinks before it forgets, this records before it looks).
+        let mut linked = false;
+        n.with_live_meta(pid, |m| linked = m.links.contains(&remote));
+        if !linked {
+            n.dist.forget_link(pid, remote);
+        }
     }
     Ok(pid)
+}
+
+/// Decodes a spawn request's body (in the process it becomes: see
+/// [`remote_spawn`]). Whether this node has the body's code is the code
+/// id's business (`DecodeError::NotRegistered`), not the peer's build
+/// fingerprint: the functions two builds have in common can be spawned
+/// either way. A panic in a hand-written `Mobile::decode` is this
+/// request's failure only.
+fn decode_spawn_body(body: &[u8]) -> Result<MobileFnOnce<()>, Error> {
+    match std::panic::catch_unwind(|| graph::decode::<MobileFnOnce<()>>(body)) {
+        Ok(r) => r.map_err(Error::Decode),
+        Err(_) => Err(Error::Remote(
+            "decoding the spawn body panicked on this node".into(),
+        )),
+    }
 }
 
 /// Completes everything that waited on a lost connection `peer` to `node`

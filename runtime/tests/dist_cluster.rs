@@ -614,3 +614,70 @@ fn a_spawn_whose_environment_panics_in_decoding_fails_alone() {
     );
     assert_eq!(r.1, Some(7));
 }
+
+/// Open once the test has seen the connection work on while a `Dawdle`
+/// was being decoded.
+static GATE: (std::sync::Mutex<bool>, std::sync::Condvar) =
+    (std::sync::Mutex::new(false), std::sync::Condvar::new());
+/// Set when a `Dawdle`'s decoding starts.
+static DAWDLING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+fn open_gate() {
+    *GATE.0.lock().unwrap() = true;
+    GATE.1.notify_all();
+}
+
+/// A value whose hand-written decoding takes long: it waits for the gate
+/// (at most the hang guard).
+struct Dawdle;
+
+impl Mobile for Dawdle {
+    fn describe(d: &mut graft::graph::Describer) {
+        if d.enter::<Self>("struct", "Dawdle") {
+            d.leave();
+        }
+    }
+    fn encode<F: graft::graph::Format>(&self, _: &mut graft::graph::Encoder<'_, F>) {}
+    fn decode<S: graft::graph::Source>(
+        _: &mut graft::graph::Decoder<'_, S>,
+    ) -> Result<Self, graft::graph::DecodeError> {
+        DAWDLING.store(true, std::sync::atomic::Ordering::SeqCst);
+        let open = GATE.0.lock().unwrap();
+        let _ = GATE
+            .1
+            .wait_timeout_while(open, Duration::from_secs(30), |open| !*open)
+            .unwrap();
+        Ok(Dawdle)
+    }
+}
+
+#[test]
+fn a_spawn_whose_environment_decodes_slowly_holds_up_nothing_else() {
+    let (a, _b, b_id) = pair();
+    let r = a
+        .run(move || {
+            let me = self_pid();
+            spawn(move || {
+                let r = spawn_on(b_id, Dawdle, |_| {});
+                send(me, r.is_ok());
+            });
+            let t = Instant::now();
+            while !DAWDLING.load(std::sync::atomic::Ordering::SeqCst) {
+                assert!(t.elapsed() < Duration::from_secs(20), "no decoding");
+                sleep(Duration::from_millis(1));
+            }
+            // While b decodes the first body, the same connection carries
+            // a second spawn and its message. The gate opens either way
+            // (after the hang guard at worst), so the first one ends.
+            let quick = spawn_on(b_id, me, |me| send(me, 7u8)).is_ok();
+            let seven = expect_timeout::<u8>(Duration::from_secs(20));
+            open_gate();
+            (
+                quick,
+                seven,
+                expect_timeout::<bool>(Duration::from_secs(40)),
+            )
+        })
+        .unwrap();
+    assert_eq!(r, (true, Some(7), Some(true)));
+}
