@@ -22,6 +22,17 @@ fn threads() -> usize {
         .count()
 }
 
+/// The thread count once it has settled back to `want`, or what it is after
+/// 2 s (a hang guard): `join` returns when the kernel clears the thread's
+/// id, a moment before the kernel takes it out of `/proc/self/task`.
+fn threads_settled(want: usize) -> usize {
+    let t = std::time::Instant::now();
+    while threads() != want && t.elapsed() < std::time::Duration::from_secs(2) {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    threads()
+}
+
 #[test]
 fn shutdown_joins_all_threads_and_reports_each_peer_down_once() {
     init_log();
@@ -68,7 +79,11 @@ fn shutdown_joins_all_threads_and_reports_each_peer_down_once() {
     for (t, _) in &nodes {
         t.shutdown();
     }
-    assert_eq!(threads(), before, "threads left after shutdown");
+    assert_eq!(
+        threads_settled(before),
+        before,
+        "threads left after shutdown"
+    );
     for (t, r) in &nodes {
         let downs = r.downs();
         assert_eq!(downs.len(), 2, "one peer_down per peer");
@@ -87,5 +102,5 @@ fn shutdown_joins_all_threads_and_reports_each_peer_down_once() {
     let (t, _r) = start(config("w", "c"));
     assert!(threads() > before);
     drop(t);
-    assert_eq!(threads(), before);
+    assert_eq!(threads_settled(before), before);
 }
