@@ -74,7 +74,6 @@ mod state;
 use crate::dist::Ctl;
 use crate::node::NodeShared;
 use crate::pid::NodeId;
-use ahash::AHashMap;
 pub(crate) use state::Msg;
 use state::{now_inc, Member, Out, State};
 use std::net::SocketAddr;
@@ -201,32 +200,17 @@ pub struct OverlayView {
 
 impl Overlay {
     pub(crate) fn new(cfg: OverlayConfig, name: &str) -> Overlay {
-        let now = Instant::now();
-        let me_id = NodeId::from_name(name);
         Overlay {
             cfg,
-            st: parking_lot::Mutex::new(State {
-                me: Member {
+            st: parking_lot::Mutex::new(State::new(
+                Member {
                     name: name.to_string(),
                     addr: String::new(),
                     inc: now_inc(),
                     up: true,
                 },
-                me_id,
-                members: AHashMap::new(),
-                active: Vec::new(),
-                passive: Vec::new(),
-                asking: AHashMap::new(),
-                suspects: AHashMap::new(),
-                connecting: AHashMap::new(),
-                usage: AHashMap::new(),
-                told: AHashMap::new(),
-                brief: Default::default(),
-                rng: me_id.0 | 1,
-                last_shuffle: now,
-                last_sync: now,
-                last_probe: now,
-            }),
+                Instant::now(),
+            )),
         }
     }
 

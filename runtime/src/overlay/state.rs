@@ -140,6 +140,28 @@ pub(super) fn now_inc() -> u64 {
 }
 
 impl State {
+    /// A node's state before it knows anyone: `me` alone, empty views.
+    pub(super) fn new(me: Member, now: Instant) -> State {
+        let me_id = NodeId::from_name(&me.name);
+        State {
+            me,
+            me_id,
+            members: AHashMap::new(),
+            active: Vec::new(),
+            passive: Vec::new(),
+            asking: AHashMap::new(),
+            suspects: AHashMap::new(),
+            connecting: AHashMap::new(),
+            usage: AHashMap::new(),
+            told: AHashMap::new(),
+            brief: Default::default(),
+            rng: me_id.0 | 1,
+            last_shuffle: now,
+            last_sync: now,
+            last_probe: now,
+        }
+    }
+
     pub(super) fn rand(&mut self, n: usize) -> usize {
         // xorshift64*
         let mut x = self.rng;
@@ -738,24 +760,7 @@ mod tests {
     }
 
     fn state(name: &str) -> State {
-        let now = Instant::now();
-        State {
-            me: member(name, 10, true),
-            me_id: id(name),
-            members: AHashMap::new(),
-            active: Vec::new(),
-            passive: Vec::new(),
-            asking: AHashMap::new(),
-            suspects: AHashMap::new(),
-            connecting: AHashMap::new(),
-            usage: AHashMap::new(),
-            told: AHashMap::new(),
-            brief: Default::default(),
-            rng: id(name).0 | 1,
-            last_shuffle: now,
-            last_sync: now,
-            last_probe: now,
-        }
+        State::new(member(name, 10, true), Instant::now())
     }
 
     /// `st` knows `name` (up, incarnation 5).
@@ -810,13 +815,20 @@ mod tests {
     fn a_forward_join_walk_goes_on_then_ends_in_a_neighbour_request() {
         let cfg = cfg();
         let (j, from) = (member("j", 1, true), id("f"));
+        // A walker `w` whose active view is `f` (the sender) and `others`.
+        let walker = |others: &[&str]| {
+            let mut st = state("w");
+            st.active = vec![know(&mut st, "f")];
+            for o in others {
+                let o = know(&mut st, o);
+                st.active.push(o);
+            }
+            (st, Out::default())
+        };
         // Alive walk, ttl = PRWL: the joiner goes into the passive view and
         // the walk goes on to another neighbour.
-        let mut st = state("w");
-        let f = know(&mut st, "f");
-        let n2 = know(&mut st, "n2");
-        st.active = vec![f, n2];
-        let mut out = Out::default();
+        let (mut st, mut out) = walker(&["n2"]);
+        let n2 = id("n2");
         let msg = Msg::ForwardJoin {
             joiner: j.clone(),
             ttl: PRWL,
@@ -827,11 +839,7 @@ mod tests {
             .iter()
             .any(|m| matches!(m, Msg::ForwardJoin { ttl, .. } if *ttl == PRWL - 1)));
         // ttl 0: the walk ends here; this node asks the joiner, with priority.
-        let mut st = state("w");
-        let f = know(&mut st, "f");
-        let n2 = know(&mut st, "n2");
-        st.active = vec![f, n2];
-        let mut out = Out::default();
+        let (mut st, mut out) = walker(&["n2"]);
         let msg = Msg::ForwardJoin {
             joiner: j.clone(),
             ttl: 0,
@@ -843,10 +851,7 @@ mod tests {
             [Msg::Neighbor { high: true, .. }]
         ));
         // A node with one neighbour (the sender) ends the walk too.
-        let mut st = state("w");
-        let f = know(&mut st, "f");
-        st.active = vec![f];
-        let mut out = Out::default();
+        let (mut st, mut out) = walker(&[]);
         let msg = Msg::ForwardJoin { joiner: j, ttl: 5 };
         handle(&mut st, &cfg, &mut out, from, msg, NOT_CONNECTED);
         assert!(st.asking.contains_key(&id("j")));
