@@ -229,6 +229,32 @@ fn a_partition_of_two_halves_heals_after_it_ends() {
     }
 }
 
+/// What an [`in_order_receiver`] reports: its stream's tag, and the count
+/// received or `(due, arrived)` at the first message out of order.
+type StreamEnd = (u8, Result<u32, (u32, u32)>);
+
+/// A process on `node` that expects `(tag, 0)`, `(tag, 1)`, ... up to
+/// `total`, and reports to `tx` when all came or at the first gap.
+fn in_order_receiver(
+    node: &Node,
+    tag: u8,
+    total: u32,
+    tx: std::sync::mpsc::Sender<StreamEnd>,
+) -> Pid {
+    node.spawn(move || {
+        for want in 0..total {
+            let (t, k): (u8, u32) = expect();
+            assert_eq!(t, tag);
+            if k != want {
+                tx.send((tag, Err((want, k)))).unwrap();
+                return;
+            }
+        }
+        tx.send((tag, Ok(total))).unwrap();
+    })
+    .unwrap()
+}
+
 /// Streams between eight pairs of a 16-node cluster, sent right after it
 /// formed, in bursts with pauses about as long as the idle rule takes
 /// (`idle_close` 100 ms): on-demand connections between the pairs close
@@ -249,24 +275,11 @@ fn no_message_is_lost_or_reordered_between_pairs() {
     });
     let per = 2_000u32;
     let pairs: Vec<(usize, usize)> = (0..n / 2).map(|i| (i, n - 1 - i)).collect();
-    // (sender, Ok(count) or Err((due, arrived)))
-    let (tx, rx) = std::sync::mpsc::channel::<(usize, Result<u32, (u32, u32)>)>();
+    let (tx, rx) = std::sync::mpsc::channel();
     for &(from, to) in &pairs {
-        let tx = tx.clone();
-        let recv = nodes[to]
-            .spawn(move || {
-                for want in 0..per {
-                    let (src, k): (usize, u32) = expect();
-                    assert_eq!(src, from);
-                    if k != want {
-                        tx.send((from, Err((want, k)))).unwrap();
-                        return;
-                    }
-                }
-                tx.send((from, Ok(per))).unwrap();
-            })
-            .unwrap();
-        nodes[from]
+        let recv = in_order_receiver(&nodes[to], from as u8, per, tx.clone());
+        let from = from as u8;
+        nodes[from as usize]
             .spawn(move || {
                 for k in 0..per {
                     send(recv, (from, k));
@@ -360,23 +373,9 @@ fn streams_survive_eviction_and_idle_close() {
     let bursts = 120u32;
     let burst = 25u32;
     let total = bursts * burst;
-    // (direction, Ok(count) or Err((want, got)))
-    let (tx, rx) = std::sync::mpsc::channel::<(u8, Result<u32, (u32, u32)>)>();
+    let (tx, rx) = std::sync::mpsc::channel();
     let stream = |dir: u8, from: &Node, to: &Node| {
-        let tx = tx.clone();
-        let recv = to
-            .spawn(move || {
-                for want in 0..total {
-                    let (d, k): (u8, u32) = expect();
-                    assert_eq!(d, dir);
-                    if k != want {
-                        tx.send((dir, Err((want, k)))).unwrap();
-                        return;
-                    }
-                }
-                tx.send((dir, Ok(total))).unwrap();
-            })
-            .unwrap();
+        let recv = in_order_receiver(to, dir, total, tx.clone());
         from.spawn(move || {
             for i in 0..bursts {
                 for j in 0..burst {
