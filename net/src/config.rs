@@ -56,16 +56,16 @@ pub struct NetConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum IoMode {
-    /// A reader and a writer OS thread per peer (the default).
+    /// A reader and a writer OS thread per peer.
     Threads,
     /// Every socket on a poller driven by [`io_threads`](NetConfig::io_threads)
-    /// I/O threads: no thread per connection.
+    /// I/O threads: no thread per connection (the default).
     Poller,
 }
 
 impl IoMode {
-    /// The default when the environment does not say: [`IoMode::Threads`].
-    pub const DEFAULT: IoMode = IoMode::Threads;
+    /// The default when the environment does not say: [`IoMode::Poller`].
+    pub const DEFAULT: IoMode = IoMode::Poller;
 
     /// The mode the environment variable `GRAFT_NET_IO` names (`poller` or
     /// `threads`, so that a whole test suite can run on either), else

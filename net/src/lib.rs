@@ -47,8 +47,10 @@
 //!   at most [`NetConfig::max_pending_handshakes`] at once (more are closed
 //!   at once), each within [`NetConfig::handshake_timeout`];
 //!   [`Transport::handshake_stats`] counts them.
-//! * **Threads**: one accept thread, and one reader and one writer thread
-//!   per peer. [`Transport::send`] (or the lookup-free [`PeerSender`]) only
+//! * **Threads**: by default ([`IoMode::Poller`]) every socket is on a
+//!   few I/O threads' epoll pollers, no thread per peer; with
+//!   [`IoMode::Threads`], one accept thread, and one reader and one writer
+//!   thread per peer. [`Transport::send`] (or the lookup-free [`PeerSender`]) only
 //!   appends to the peer's buffer; the writer sends everything queued in one
 //!   `write`, so small frames are coalesced. A frame that finds the writer
 //!   parked after a pause is written by the sender itself without blocking

@@ -8,7 +8,7 @@
 //! | `graft-net-rd`     | 1 per peer   | reads (after the handshake)                     |
 //! | `graft-net-wr`     | 1 per peer   | flushes the outbox, sends heartbeats            |
 //!
-//! That is [`IoMode::Threads`] (the default). In [`IoMode::Poller`] there
+//! That is [`IoMode::Threads`]. In [`IoMode::Poller`] (the default) there
 //! is no thread per peer: `io_threads` threads `graft-net-io` (the first
 //! also accepts) read and write every established connection, and one
 //! `graft-net-tick` sends heartbeats (see `io.rs`).

@@ -97,14 +97,15 @@ fn sixty_four_nodes_form_one_cluster_with_few_connections() {
     let n = 64;
     let nodes = cluster(n);
     let bound = 2 * log2(n);
-    // What the joins opened on demand closes once idle.
+    // What the joins opened on demand closes once idle. Brief connections
+    // (probes, walks' answers) come and go all the time, so the bound is
+    // checked on one set of views, where it held, not on a second reading.
+    let mut views = Vec::new();
     within("at most 2 log2(N) connections each", 30, || {
-        nodes
-            .iter()
-            .all(|x| x.overlay_view().unwrap().connections <= bound)
+        views = nodes.iter().map(|x| x.overlay_view().unwrap()).collect();
+        views.iter().all(|v| v.connections <= bound)
     });
-    for x in &nodes {
-        let v = x.overlay_view().unwrap();
+    for (x, v) in nodes.iter().zip(&views) {
         assert_eq!(v.members.len(), n - 1);
         assert!(!v.active.is_empty());
         assert!(

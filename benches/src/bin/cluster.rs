@@ -222,7 +222,7 @@ fn host(args: &[String]) {
         let c = NodeConfig::new(listen)
             .cookie("cluster-bench")
             .workers(1)
-            .default_logger(false)
+            .default_logger(std::env::var_os("GRAFT_CLUSTER_LOG").is_some())
             .discovery(StaticSeeds::parse([seed.as_str()]).expect("the seed"))
             .discovery_interval(Duration::from_millis(100));
         if partial() {
@@ -248,7 +248,29 @@ fn host(args: &[String]) {
         })
         .collect();
     let start = Instant::now();
+    let mut said = Instant::now();
     while !nodes.iter().all(|x| x.nodes().len() >= n - 1) {
+        if said.elapsed() >= Duration::from_secs(5) {
+            said = Instant::now();
+            // Progress on stderr: members seen, active views, connections.
+            let mut seen: Vec<usize> = nodes.iter().map(|x| x.nodes().len()).collect();
+            seen.sort_unstable();
+            let conns: usize = nodes.iter().map(conns_of).sum();
+            let active: usize = nodes
+                .iter()
+                .filter_map(|x| x.overlay_view())
+                .map(|v| v.active.len())
+                .sum();
+            eprintln!(
+                "host {k} at {:?}: members min {} median {} max {}, active {:.1}, connections {:.1} per node",
+                start.elapsed(),
+                seen[0],
+                seen[seen.len() / 2],
+                seen[seen.len() - 1],
+                active as f64 / m as f64,
+                conns as f64 / m as f64
+            );
+        }
         assert!(
             start.elapsed() < Duration::from_secs(110),
             "no full cluster"

@@ -65,6 +65,12 @@ pub(super) const ARWL: u32 = 6;
 pub(super) const PRWL: u32 = 3;
 /// A `Neighbor` request unanswered this long is given up.
 pub(super) const ASK_TIMEOUT: Duration = Duration::from_secs(2);
+/// After a refused `Neighbor` request, the next one (of a node that has
+/// active neighbours) waits this long: a node one below its target among
+/// nodes that are all full is refused by every one, and asking again at
+/// each tick kept a new on-demand connection open every 50 ms (a dozen
+/// at once on that node).
+pub(super) const ASK_BACKOFF: Duration = Duration::from_secs(1);
 /// How long a connection the overlay opened for itself may stay silent.
 pub(super) const BRIEF_IDLE: Duration = Duration::from_millis(500);
 
@@ -121,6 +127,8 @@ pub(super) struct State {
     pub(super) last_shuffle: Instant,
     pub(super) last_sync: Instant,
     pub(super) last_probe: Instant,
+    /// When a `Neighbor` request was last refused (see [`ASK_BACKOFF`]).
+    pub(super) refused: Option<Instant>,
 }
 
 /// Side effects gathered under the lock, done after it.
@@ -158,6 +166,7 @@ impl State {
             rng: me_id.0 | 1,
             last_shuffle: now,
             last_sync: now,
+            refused: None,
             last_probe: now,
         }
     }
@@ -498,6 +507,7 @@ pub(super) fn handle(
             if accepted {
                 st.add_active(from, cfg, out);
             } else {
+                st.refused = Some(Instant::now());
                 st.brief.insert(from);
                 st.add_passive(from, cfg);
             }
@@ -612,7 +622,11 @@ pub(super) fn tick(
         .retain(|_, t| now.duration_since(*t) < ASK_TIMEOUT);
     // Fill the active view.
     let target = st.target(cfg);
-    if st.active.len() + st.asking.len() < target {
+    let backoff = !st.active.is_empty()
+        && st
+            .refused
+            .is_some_and(|t| now.duration_since(t) < ASK_BACKOFF);
+    if st.active.len() + st.asking.len() < target && !backoff {
         let busy: Vec<NodeId> = st.active.iter().chain(st.asking.keys()).copied().collect();
         let passive = st.passive.clone();
         let pick = st.pick(&passive, &busy).or_else(|| {
