@@ -99,8 +99,9 @@ fn load_tls(dir: &std::path::Path) -> graft::TlsConfig {
 pub fn with_peer<R>(f: impl FnOnce(&graft::Node, graft::NodeId) -> R) -> R {
     use std::io::{BufRead, BufReader, Read};
     const PEER_ENV: &str = "GRAFT_BENCH_PEER";
-    // GRAFT_BENCH_ENCRYPT=1: the same bench with encrypted distribution.
-    let encrypt = std::env::var_os("GRAFT_BENCH_ENCRYPT").is_some_and(|v| v == "1");
+    // Encrypted distribution is the default; GRAFT_BENCH_ENCRYPT=0 measures
+    // the authenticated-only mode.
+    let encrypt = std::env::var_os("GRAFT_BENCH_ENCRYPT").is_none_or(|v| v != "0");
     let tls = if let Some(dir) = std::env::var_os(TLS_DIR_ENV) {
         Some((
             std::path::PathBuf::from(dir.clone()),

@@ -486,20 +486,27 @@ fn a_replayed_handshake_of_an_old_incarnation_replaces_nothing() {
 fn encryption_hides_frames_and_authentication_alone_does_not() {
     init_log();
     let secret = b"the launch codes are 0000";
+    // `None`: the default, which encrypts.
     for (encrypt_a, encrypt_c, hidden) in [
-        (false, false, false),
-        (true, false, true),
-        (false, true, true),
+        (Some(false), Some(false), false),
+        (Some(true), Some(false), true),
+        (Some(false), Some(true), true),
+        (None, Some(false), true),
+        (None, None, true),
     ] {
-        let a = start(fast("a").encrypt(encrypt_a));
-        let c = start(fast("c").encrypt(encrypt_c));
+        let with = |cfg: NetConfig, e: Option<bool>| match e {
+            Some(e) => cfg.encrypt(e),
+            None => cfg,
+        };
+        let a = start(with(fast("a"), encrypt_a));
+        let c = start(with(fast("c"), encrypt_c));
         let p = Proxy::start(a.0.local_addr());
         let pa = c.0.connect(p.addr).unwrap();
         c.0.send(pa.id, 40, secret).unwrap();
         a.1.wait_for("the frame", |ev| count_frames(ev) == 1);
         let wire = p.up.lock().unwrap().clone();
         let shows = wire.windows(secret.len()).any(|w| w == secret);
-        assert_eq!(shows, !hidden, "encrypt {encrypt_a}/{encrypt_c}");
+        assert_eq!(shows, !hidden, "encrypt {encrypt_a:?}/{encrypt_c:?}");
         // Names never travel in clear, in either mode.
         assert!(
             !wire.windows(3).any(|w| w == b"\0\x01c"),

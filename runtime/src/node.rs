@@ -98,7 +98,7 @@ impl NodeConfig {
             max_pending_handshakes: None,
             max_pending_per_address: None,
             handshake_timeout: None,
-            encrypt: false,
+            encrypt: true,
             long_schedule: Duration::from_millis(10),
             max_spare_workers: None,
             busy_dist_limit: 1 << 20,
@@ -250,13 +250,13 @@ impl NodeConfig {
         self
     }
     /// Encrypt all distribution traffic (AES-256-GCM with keys from the
-    /// handshake) instead of only authenticating it (the default: every
-    /// frame carries a MAC, so none can be forged or replayed, but they
-    /// can be read on the wire). A connection is encrypted when either
-    /// node asks for it. See `docs/security.md`.
+    /// handshake; the default), or, with `false` on both nodes, only
+    /// authenticate it (every frame carries a MAC, so none can be forged or
+    /// replayed, but they can be read on the wire). A connection is
+    /// encrypted when either node asks for it. See `docs/security.md`.
     ///
     /// ```
-    /// let cfg = graft::NodeConfig::new("127.0.0.1:0").encrypt(true);
+    /// let cfg = graft::NodeConfig::new("127.0.0.1:0").encrypt(false);
     /// # let _ = cfg;
     /// ```
     pub fn encrypt(mut self, on: bool) -> NodeConfig {
