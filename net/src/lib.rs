@@ -47,7 +47,7 @@
 //!   at most [`NetConfig::max_pending_handshakes`] at once (more are closed
 //!   at once), each within [`NetConfig::handshake_timeout`];
 //!   [`Transport::handshake_stats`] counts them.
-//! * **Threads**: by default ([`IoMode::Poller`]) every socket is on a
+//! * **I/O**: with [`IoMode::Poller`] (the default) every socket is on a
 //!   few I/O threads' epoll pollers, no thread per peer; with
 //!   [`IoMode::Threads`], one accept thread, and one reader and one writer
 //!   thread per peer. [`Transport::send`] (or the lookup-free [`PeerSender`]) only

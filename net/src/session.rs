@@ -11,9 +11,10 @@
 //! bytes), big-endian. Records are protected in one of two ways, chosen in
 //! the handshake (encrypted when either side asks):
 //!
-//! * **encrypted**: AES-256-GCM (the Noise `AESGCM` cipher functions:
-//!   nonce = 32 zero bits and the counter, empty associated data);
-//! * **authenticated** (the default): the plaintext, then a 16-byte tag,
+//! * **encrypted** (the default): AES-256-GCM (the Noise `AESGCM` cipher
+//!   functions: nonce = 32 zero bits and the counter, empty associated
+//!   data);
+//! * **authenticated** (both sides `encrypt(false)`): the plaintext, then a 16-byte tag,
 //!   BLAKE3 keyed with a key derived from the direction's session key, over
 //!   the counter and the plaintext. Nothing can be forged, replayed or moved,
 //!   but it can be read.
