@@ -109,6 +109,9 @@ pub(crate) struct RawFrame<'a> {
     pub(crate) payload: &'a [u8],
 }
 
+/// Where a [`Decoder`]'s buffer starts.
+pub(crate) const DECODER_START: usize = 4096;
+
 /// Read buffer and frame parser: one `read` may bring many frames, and
 /// [`next_frame`](Decoder::next_frame) hands them out without copying.
 ///
@@ -124,9 +127,13 @@ pub(crate) struct Decoder {
 }
 
 impl Decoder {
+    /// `capacity`: the buffer's working size. It starts at
+    /// [`DECODER_START`] bytes and grows to `capacity` only while reads fill
+    /// it, so a connection that carries little (a probe, a handshake that
+    /// is dropped) never pays for zeroing a whole read buffer.
     pub(crate) fn new(capacity: usize, max_frame: usize) -> Decoder {
         Decoder {
-            buf: vec![0; capacity.max(HEADER_LEN)],
+            buf: vec![0; DECODER_START.min(capacity).max(HEADER_LEN)],
             start: 0,
             end: 0,
             max_frame,
@@ -195,8 +202,15 @@ impl Decoder {
         if needed > self.buf.len() {
             self.buf.resize(needed, 0);
         }
+        let free = self.buf.len() - self.end;
         let n = r.read(&mut self.buf[self.end..])?;
         self.end += n;
+        if n == free && self.buf.len() < self.base {
+            // The read filled the buffer: the connection is busy, so give
+            // it the working size (in steps, zeroed once).
+            let grown = (self.buf.len() * 4).min(self.base);
+            self.buf.resize(grown, 0);
+        }
         Ok(n)
     }
 
@@ -307,6 +321,38 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn the_buffer_starts_small_and_grows_only_while_reads_fill_it() {
+        let cap = 256 << 10;
+        let mut dec = Decoder::new(cap, 1 << 20);
+        assert_eq!(dec.buf.len(), DECODER_START);
+        // A trickle of small frames never fills it: it stays small.
+        let mut wire = Vec::new();
+        for _ in 0..100 {
+            encode(&mut wire, 16, 0, b"ping");
+        }
+        let mut r = Trickle(&wire, 10);
+        while dec.fill(&mut r).unwrap() > 0 {
+            while dec.next_frame().unwrap().is_some() {}
+        }
+        assert_eq!(dec.buf.len(), DECODER_START);
+        // A stream that fills every read grows it, to the working size.
+        let mut wire = Vec::new();
+        for _ in 0..64 {
+            encode(&mut wire, 16, 0, &[7u8; 10_000]);
+        }
+        assert_eq!(frames_of(&wire, usize::MAX, cap).len(), 64);
+        let mut r = Trickle(&wire, usize::MAX);
+        let mut n = 0;
+        while dec.fill(&mut r).unwrap() > 0 {
+            while dec.next_frame().unwrap().is_some() {
+                n += 1;
+            }
+        }
+        assert_eq!(n, 64);
+        assert_eq!(dec.buf.len(), cap);
     }
 
     #[test]
