@@ -1,4 +1,4 @@
-//! The handshake (protocol version 2): who the peers are, proof that both
+//! The handshake (protocol version 3): who the peers are, proof that both
 //! know the cookie, and the session keys. A state machine fed bytes
 //! ([`Handshake::feed`]) that produces bytes to send
 //! ([`Handshake::take_output`]), so that the acceptor's side can run on a
@@ -6,7 +6,7 @@
 //! sockets.
 //!
 //! It is the Noise framework's `NNpsk0` pattern
-//! (`Noise_NNpsk0_25519_AESGCM_BLAKE2s`, the `snow` crate), with the
+//! (`Noise_NNpsk0_25519_AESGCM_SHA256`, the `snow` crate), with the
 //! pre-shared key derived from the cookie (`blake3::derive_key`):
 //!
 //! ```text
@@ -40,9 +40,12 @@
 //! A side that cannot go on sends a clear `STATUS(code, why)` frame and
 //! closes: `AUTH_FAILED` when the other side's message does not open with
 //! our cookie's key, `REFUSED` for everything else (a peer of another
-//! protocol version, our own name). A version-1 peer gets a `STATUS` in the
-//! version-1 format, which it reports as "refused: protocol version 1 is not
-//! supported (ours is 2)"; we report its refusal of our preface likewise.
+//! protocol version, our own name). A peer of an older version gets a
+//! `STATUS` in the format every version shares, which it reports as
+//! "refused: protocol version 2 is not supported (ours is 3)"; we report
+//! its refusal of our preface likewise. (Version 2 was the same pattern
+//! with BLAKE2s as the hash; version 3 takes SHA-256, which the CPU's SHA
+//! instructions make several times cheaper: see `docs/decisions.md`.)
 //!
 //! The two key-confirmation messages and everything after them use the
 //! session keys of Noise's `Split()` (see `session.rs`): AES-256-GCM when
@@ -61,12 +64,12 @@ use crate::session::{Session, TAG};
 use crate::{NetConfig, NetError, PeerId, PeerInfo};
 
 /// Version of the wire protocol; peers must agree.
-pub(crate) const PROTOCOL_VERSION: u16 = 2;
+pub(crate) const PROTOCOL_VERSION: u16 = 3;
 const MAGIC: &[u8; 4] = b"GRFT";
 /// Largest handshake frame accepted (every handshake frame is small).
 pub(crate) const MAX_HANDSHAKE_FRAME: usize = 4096;
 /// The Noise protocol.
-const NOISE: &str = "Noise_NNpsk0_25519_AESGCM_BLAKE2s";
+pub(crate) const NOISE: &str = "Noise_NNpsk0_25519_AESGCM_SHA256";
 /// Context of the pre-shared key's derivation from the cookie.
 const PSK_CONTEXT: &str = "graft-net 2026-12 noise psk v2";
 
@@ -944,26 +947,32 @@ mod tests {
 
     #[test]
     fn an_old_version_is_told_both_versions() {
-        // A version-1 hello: magic, version 1, then its fields.
-        let mut p = b"GRFT".to_vec();
-        p.extend_from_slice(&1u16.to_be_bytes());
-        p.extend_from_slice(&[0; 50]);
-        let mut wire = Vec::new();
-        frame::encode(&mut wire, kind::HELLO, 0, &p);
-        let mut acc = Handshake::acceptor(&id("a", "c"));
-        let e = acc.feed(&wire).unwrap_err();
-        assert!(
-            e.to_string().contains("version 1") && e.to_string().contains("ours is 2"),
-            "{e}"
-        );
-        let out = acc.take_output();
-        assert_eq!(out[4], kind::STATUS);
-        assert_eq!(out[6], status::REFUSED);
-        let why = String::from_utf8_lossy(&out[7..]);
-        assert!(
-            why.contains("protocol version 1 is not supported (ours is 2)"),
-            "{why}"
-        );
+        // A version-1 hello (magic, version 1, then its fields), and a
+        // version-2 preface (magic, version 2: BLAKE2s in its Noise name).
+        for (old, rest) in [(1u16, 50), (2, 0)] {
+            let mut p = b"GRFT".to_vec();
+            p.extend_from_slice(&old.to_be_bytes());
+            p.extend_from_slice(&vec![0; rest]);
+            let mut wire = Vec::new();
+            frame::encode(&mut wire, kind::HELLO, 0, &p);
+            let mut acc = Handshake::acceptor(&id("a", "c"));
+            let e = acc.feed(&wire).unwrap_err();
+            assert!(
+                e.to_string().contains(&format!("version {old}"))
+                    && e.to_string().contains("ours is 3"),
+                "{e}"
+            );
+            let out = acc.take_output();
+            assert_eq!(out[4], kind::STATUS);
+            assert_eq!(out[6], status::REFUSED);
+            let why = String::from_utf8_lossy(&out[7..]);
+            assert!(
+                why.contains(&format!(
+                    "protocol version {old} is not supported (ours is 3)"
+                )),
+                "{why}"
+            );
+        }
         // And a version-1 acceptor's refusal of our preface, as the
         // initiator reports it.
         let mut ini = Handshake::initiator(&id("i", "c")).unwrap();
@@ -972,12 +981,12 @@ mod tests {
             &mut refusal,
             kind::STATUS,
             0,
-            b"\x03protocol version 2 is not supported (ours is 1)",
+            b"\x03protocol version 3 is not supported (ours is 1)",
         );
         let e = ini.feed(&refusal).unwrap_err();
         assert!(
             e.to_string()
-                .contains("version 2 is not supported (ours is 1)"),
+                .contains("version 3 is not supported (ours is 1)"),
             "{e}"
         );
     }

@@ -198,8 +198,7 @@ pub(crate) mod tests {
     use super::*;
 
     fn pair(resolver: impl Fn() -> Box<dyn CryptoResolver + Send>) -> ([u8; 32], [u8; 32]) {
-        let params: snow::params::NoiseParams =
-            "Noise_NNpsk0_25519_AESGCM_BLAKE2s".parse().unwrap();
+        let params: snow::params::NoiseParams = crate::handshake::NOISE.parse().unwrap();
         let psk = [7u8; 32];
         let mut i = snow::Builder::with_resolver(params.clone(), resolver())
             .psk(0, &psk)
@@ -228,8 +227,7 @@ pub(crate) mod tests {
         let ours = || Box::new(Resolver) as Box<dyn CryptoResolver + Send>;
         let (a, b) = pair(ours);
         assert_eq!(a, b);
-        let params: snow::params::NoiseParams =
-            "Noise_NNpsk0_25519_AESGCM_BLAKE2s".parse().unwrap();
+        let params: snow::params::NoiseParams = crate::handshake::NOISE.parse().unwrap();
         let psk = [7u8; 32];
         for ring_initiates in [true, false] {
             let mk = |ring: bool| -> Box<dyn CryptoResolver + Send> {

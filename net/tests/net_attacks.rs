@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use common::*;
 use graft_net::{NetConfig, Transport};
 
-const PREFACE: [u8; 12] = [0, 0, 0, 6, 1, 0, b'G', b'R', b'F', b'T', 0, 2];
+const PREFACE: [u8; 12] = [0, 0, 0, 6, 1, 0, b'G', b'R', b'F', b'T', 0, 3];
 const KIND_NOISE: u8 = 2;
 const KIND_STATUS: u8 = 3;
 const AUTH_FAILED: u8 = 2;
@@ -416,7 +416,7 @@ fn a_version_1_peer_is_told_both_versions() {
     let (k, p) = &said[0];
     assert_eq!((*k, p[0]), (KIND_STATUS, REFUSED));
     let why = String::from_utf8_lossy(&p[1..]);
-    assert_eq!(why, "protocol version 1 is not supported (ours is 2)");
+    assert_eq!(why, "protocol version 1 is not supported (ours is 3)");
 
     // A version-1 acceptor refuses our preface in its words; we report it.
     let old = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -426,13 +426,13 @@ fn a_version_1_peer_is_told_both_versions() {
         let mut buf = [0u8; 64];
         let _ = s.read(&mut buf);
         let mut p = vec![REFUSED];
-        p.extend_from_slice(b"protocol version 2 is not supported (ours is 1)");
+        p.extend_from_slice(b"protocol version 3 is not supported (ours is 1)");
         s.write_all(&frame(KIND_STATUS, &p)).unwrap();
     });
     let e = a.0.connect(old_addr).unwrap_err();
     assert!(
         e.to_string()
-            .contains("protocol version 2 is not supported (ours is 1)"),
+            .contains("protocol version 3 is not supported (ours is 1)"),
         "{e}"
     );
     t.join().unwrap();

@@ -99,7 +99,7 @@ fn thousands_of_strangers_cost_no_thread_and_peers_keep_answering() {
     for i in 0..IDLE + STALLED {
         let mut s = TcpStream::connect(a.local_addr()).unwrap();
         if i >= IDLE {
-            s.write_all(&[0, 0, 0, 6, 1, 0, b'G', b'R', b'F', b'T', 0, 2])
+            s.write_all(&[0, 0, 0, 6, 1, 0, b'G', b'R', b'F', b'T', 0, 3])
                 .unwrap();
         }
         flood.push(s);

@@ -25,8 +25,8 @@ fn connect_from(from: &str, to: SocketAddr) -> TcpStream {
     TcpStream::from(s)
 }
 
-/// The first frame of a real handshake: `HELLO("GRFT", version 2)`.
-const PREFACE: [u8; 12] = [0, 0, 0, 6, 1, 0, b'G', b'R', b'F', b'T', 0, 2];
+/// The first frame of a real handshake: `HELLO("GRFT", version 3)`.
+const PREFACE: [u8; 12] = [0, 0, 0, 6, 1, 0, b'G', b'R', b'F', b'T', 0, 3];
 
 const STRANGER: usize = 40;
 
