@@ -121,12 +121,29 @@ pub(crate) struct IoThread {
     pub(crate) inbox: Mutex<Vec<(Arc<Conn>, Reader)>>,
 }
 
+thread_local! {
+    /// The `IoThread` whose loop runs on this thread (its address), if any.
+    static CURRENT: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
 impl IoThread {
     pub(crate) fn new() -> std::io::Result<IoThread> {
         Ok(IoThread {
             poller: Poller::new()?,
             inbox: Mutex::new(Vec::new()),
         })
+    }
+
+    /// Called by the thread that runs this one's loop, before it starts.
+    pub(crate) fn enter(&self) {
+        CURRENT.with(|c| c.set(self as *const IoThread as usize));
+    }
+
+    /// Whether the caller is this I/O thread itself: then a connection it
+    /// hands itself needs no wake-up (its loop looks at the inbox before it
+    /// waits again).
+    pub(crate) fn is_current(&self) -> bool {
+        CURRENT.with(|c| c.get()) == self as *const IoThread as usize
     }
 }
 

@@ -148,6 +148,9 @@ struct Inner {
     peers: RwLock<HashMap<PeerId, Arc<Conn>>>,
     /// Notified (with `state` held or just after) whenever a slot changes.
     changed: Condvar,
+    /// Notified at shutdown only: the heartbeat thread sleeps on it, so
+    /// that a slot changing (every handshake) does not wake it.
+    stopping: Condvar,
     /// Source of peer ids and handshake tokens; starts at 1, never reused.
     next_id: AtomicU64,
     /// The I/O threads' pollers and inboxes: the first drives the listener
@@ -236,6 +239,7 @@ impl Transport {
             }),
             peers: RwLock::new(HashMap::new()),
             changed: Condvar::new(),
+            stopping: Condvar::new(),
             next_id: AtomicU64::new(1),
             io: io_threads,
             next_io: Default::default(),
@@ -627,6 +631,7 @@ impl Inner {
         let mut next_key = LISTENER + 1;
         let scan_every = self.cfg.heartbeat / 4;
         let mut next_scan = Instant::now() + scan_every;
+        me.enter();
         loop {
             let now = Instant::now();
             let mut timeout = pending
@@ -637,7 +642,7 @@ impl Inner {
                 let t = next_scan.saturating_duration_since(now);
                 timeout = Some(timeout.map_or(t, |x| x.min(t)));
             }
-            if !again.is_empty() {
+            if !again.is_empty() || !me.inbox.lock().is_empty() {
                 timeout = Some(Duration::ZERO);
             }
             events.clear();
@@ -797,7 +802,7 @@ impl Inner {
                 if st.closed {
                     return;
                 }
-                self.changed.wait_for(&mut st, tick / 4);
+                self.stopping.wait_for(&mut st, tick / 4);
                 if st.closed {
                     return;
                 }
@@ -821,7 +826,9 @@ impl Inner {
             }
             self.io[i].inbox.lock().push((conn.clone(), reader));
         }
-        self.io[i].poller.notify()?;
+        if !self.io[i].is_current() {
+            self.io[i].poller.notify()?;
+        }
         Ok(())
     }
 
@@ -1460,6 +1467,7 @@ impl Inner {
             (conns, socks)
         };
         self.changed.notify_all();
+        self.stopping.notify_all();
         self.wake_acceptor();
         for s in socks {
             let _ = s.shutdown(Shutdown::Both);
