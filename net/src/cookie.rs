@@ -151,16 +151,16 @@ fn random_cookie() -> String {
         .collect()
 }
 
-/// 32 unpredictable bytes: `/dev/urandom` when it can be read, always mixed
-/// with the time, the process id, a counter and a stack address.
+/// 32 unpredictable bytes: the system's random source (`getrandom`, one
+/// system call, through ring) when it answers, always mixed with the time,
+/// the process id, a counter and a stack address.
 pub(crate) fn random_bytes() -> [u8; 32] {
+    use ring::rand::SecureRandom;
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let mut h = blake3::Hasher::new();
     let mut os = [0u8; 32];
-    if let Ok(mut f) = fs::File::open("/dev/urandom") {
-        if f.read_exact(&mut os).is_ok() {
-            h.update(&os);
-        }
+    if ring::rand::SystemRandom::new().fill(&mut os).is_ok() {
+        h.update(&os);
     }
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)

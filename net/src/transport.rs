@@ -671,7 +671,14 @@ impl Inner {
             let revisit = std::mem::take(&mut again);
             for ev in events.iter() {
                 if ev.key == LISTENER {
+                    let first = next_key;
                     self.accept_all(&mut pending, &mut next_key);
+                    // An initiator writes its first message as soon as its
+                    // connect returns, so it is often here already: read
+                    // it now rather than after another wait.
+                    for key in first..next_key {
+                        self.drive_pending(&mut pending, key);
+                    }
                     if let Some(Err(e)) = listener.as_ref().map(|l| l.rearm()) {
                         log::warn!("graft-net: cannot poll the listener: {e}");
                     }
@@ -683,42 +690,7 @@ impl Inner {
                     });
                     continue;
                 }
-                let Some(p) = pending.get_mut(&ev.key) else {
-                    continue;
-                };
-                match p.drive(&self.me) {
-                    Driven::Waiting => {}
-                    Driven::Decide(hello) => {
-                        let p = pending.remove(&ev.key).expect("pending");
-                        self.stats
-                            .pending
-                            .store(pending.len() as u64, Ordering::Relaxed);
-                        self.decided(p, hello);
-                    }
-                    Driven::Failed(e) => {
-                        let p = pending.remove(&ev.key).expect("pending");
-                        self.stats
-                            .pending
-                            .store(pending.len() as u64, Ordering::Relaxed);
-                        // An initiator that yields to another connection
-                        // completed its handshake.
-                        let duplicate = matches!(e, NetError::Duplicate);
-                        Stats::bump(if duplicate {
-                            &self.stats.completed
-                        } else {
-                            &self.stats.failed
-                        });
-                        match e {
-                            NetError::Closed | NetError::Shutdown => {
-                                log::debug!("graft-net: {}: closed in its handshake", p.remote)
-                            }
-                            NetError::Duplicate => log::debug!("graft-net: {}: {e}", p.remote),
-                            e => {
-                                log::warn!("graft-net: refusing connection from {}: {e}", p.remote)
-                            }
-                        }
-                    }
-                }
+                self.drive_pending(&mut pending, ev.key);
             }
             for key in revisit {
                 if conns.contains_key(&key) && !again.contains(&key) {
@@ -830,6 +802,47 @@ impl Inner {
             self.io[i].poller.notify()?;
         }
         Ok(())
+    }
+
+    /// Runs the pending inbound handshake `key` as far as its socket's
+    /// bytes go: a verdict to decide, a failure, or more to wait for.
+    fn drive_pending(self: &Arc<Self>, pending: &mut HashMap<usize, Pending>, key: usize) {
+        let Some(p) = pending.get_mut(&key) else {
+            return;
+        };
+        match p.drive(&self.me) {
+            Driven::Waiting => {}
+            Driven::Decide(hello) => {
+                let p = pending.remove(&key).expect("pending");
+                self.stats
+                    .pending
+                    .store(pending.len() as u64, Ordering::Relaxed);
+                self.decided(p, hello);
+            }
+            Driven::Failed(e) => {
+                let p = pending.remove(&key).expect("pending");
+                self.stats
+                    .pending
+                    .store(pending.len() as u64, Ordering::Relaxed);
+                // An initiator that yields to another connection
+                // completed its handshake.
+                let duplicate = matches!(e, NetError::Duplicate);
+                Stats::bump(if duplicate {
+                    &self.stats.completed
+                } else {
+                    &self.stats.failed
+                });
+                match e {
+                    NetError::Closed | NetError::Shutdown => {
+                        log::debug!("graft-net: {}: closed in its handshake", p.remote)
+                    }
+                    NetError::Duplicate => log::debug!("graft-net: {}: {e}", p.remote),
+                    e => {
+                        log::warn!("graft-net: refusing connection from {}: {e}", p.remote)
+                    }
+                }
+            }
+        }
     }
 
     /// Accepts every socket waiting in the backlog.
