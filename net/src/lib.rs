@@ -102,6 +102,6 @@ pub use error::NetError;
 pub use frame::FIRST_USER_KIND;
 pub use peer::{Handler, PeerId, PeerInfo};
 pub use pending::HandshakeStats;
-pub use raw::RawClient;
+pub use raw::{LaneClaim, RawClient};
 pub use tls::TlsConfig;
 pub use transport::{PeerSender, Transport};

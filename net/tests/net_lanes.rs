@@ -191,5 +191,198 @@ fn lanes_over_threads_are_refused_at_start() {
     assert!(graft_net::Transport::start(cfg, Recorder::new()).is_err());
 }
 
-#[allow(unused)]
-fn _unused(_: NetError, _: RawClient) {}
+fn refused(r: Result<RawClient, NetError>, why: &str) {
+    match r {
+        Err(NetError::Handshake(m)) => assert!(m.contains(why), "{m:?} should say {why:?}"),
+        Err(e) => panic!("refused for the wrong reason: {e} (want {why:?})"),
+        Ok(_) => panic!("a lane that should be refused ({why}) was taken"),
+    }
+}
+
+#[test]
+fn forged_replayed_unknown_duplicate_and_out_of_range_lanes_are_refused() {
+    init_log();
+    let (b, rb) = start(lanes_config("b", 4));
+    let (c, rc) = start(lanes_config("c", 4));
+    let real = c.connect(b.local_addr()).unwrap();
+    rb.wait_for("b sees c", |ev| ups(ev).len() == 1);
+    let addr = b.local_addr();
+    let xcfg = lanes_config("x", 4);
+    let (x, _) = RawClient::connect(addr, &xcfg).expect("x's first connection");
+    assert_eq!(x.lanes(), 4);
+    refused(
+        x.open_lane(addr, &xcfg, 1, graft_net::LaneClaim::Token([7; 32])),
+        "bad lane token",
+    );
+    refused(
+        x.open_lane(addr, &xcfg, 1, graft_net::LaneClaim::Session([9; 8])),
+        "unknown session",
+    );
+    refused(
+        x.open_lane(addr, &xcfg, 4, graft_net::LaneClaim::Genuine),
+        "out of range",
+    );
+    refused(
+        x.open_lane(addr, &xcfg, 200, graft_net::LaneClaim::Genuine),
+        "out of range",
+    );
+    let l1 = x
+        .open_lane(addr, &xcfg, 1, graft_net::LaneClaim::Genuine)
+        .expect("a genuine lane");
+    refused(
+        x.open_lane(addr, &xcfg, 1, graft_net::LaneClaim::Genuine),
+        "up already",
+    );
+    // Lane 1's token, replayed on lane 2 (another index, another
+    // handshake): it verifies nowhere else.
+    let token = l1.lane_token();
+    refused(
+        x.open_lane(addr, &xcfg, 2, graft_net::LaneClaim::Token(token)),
+        "bad lane token",
+    );
+    assert!(
+        !rb.ups().iter().any(|p| p.name == "x"),
+        "not up before its lanes"
+    );
+    let _l2 = x
+        .open_lane(addr, &xcfg, 2, graft_net::LaneClaim::Genuine)
+        .unwrap();
+    let _l3 = x
+        .open_lane(addr, &xcfg, 3, graft_net::LaneClaim::Genuine)
+        .unwrap();
+    rb.wait_for("x up with its lanes", |ev| {
+        ups(ev).iter().any(|p| p.name == "x")
+    });
+    // The session is complete: another lane has nothing to join.
+    refused(
+        x.open_lane(addr, &xcfg, 3, graft_net::LaneClaim::Genuine),
+        "unknown session",
+    );
+    // A lane claiming the real peer's session (its id is never sent, so a
+    // stranger can only guess) is refused too.
+    let ccfg = lanes_config("c", 4);
+    let (probe, _) = RawClient::connect(addr, &lanes_config("y", 4)).unwrap();
+    refused(
+        probe.open_lane(addr, &ccfg, 1, graft_net::LaneClaim::Genuine),
+        "unknown session",
+    );
+    // The real peer never noticed.
+    let s = c.sender(real.id).unwrap();
+    for key in 0..12u64 {
+        s.send_keyed(key, FIRST_USER_KIND, payload(key, 0), false)
+            .unwrap();
+    }
+    rb.wait_for("c's frames", |ev| {
+        let c_id = ups(ev)[0].id;
+        frames_of(ev, c_id) == 12
+    });
+    assert!(rc.downs().is_empty(), "{:?}", rc.downs());
+    assert!(!rb.downs().iter().any(|(p, _)| p.name == "c"));
+    assert!(b.handshake_stats().failed >= 8, "{:?}", b.handshake_stats());
+    c.shutdown();
+    b.shutdown();
+}
+
+#[test]
+fn a_lane_to_a_one_lane_node_finds_no_session_and_a_half_formed_peer_expires() {
+    init_log();
+    let (b, rb) = start(lanes_config("b", 1).handshake_timeout(Duration::from_millis(300)));
+    let xcfg = lanes_config("x", 4);
+    let (x, _) = RawClient::connect(b.local_addr(), &xcfg).unwrap();
+    assert_eq!(x.lanes(), 1, "b takes no extra lanes");
+    refused(
+        x.open_lane(b.local_addr(), &xcfg, 1, graft_net::LaneClaim::Genuine),
+        "unknown session",
+    );
+    b.shutdown();
+    assert_eq!(rb.ups().len(), 1, "x is up on one connection");
+
+    let (b, rb) = start(lanes_config("b", 4).handshake_timeout(Duration::from_millis(300)));
+    let (mut x, _) = RawClient::connect(b.local_addr(), &xcfg).unwrap();
+    let _l1 = x
+        .open_lane(b.local_addr(), &xcfg, 1, graft_net::LaneClaim::Genuine)
+        .unwrap();
+    // Lanes 2 and 3 never come: the half-formed peer is dropped, never
+    // announced.
+    let deadline = std::time::Instant::now() + GUARD;
+    loop {
+        match x.recv_frame(Duration::from_millis(100)) {
+            Err(_) => break,
+            Ok(_) => assert!(std::time::Instant::now() < deadline, "never dropped"),
+        }
+    }
+    assert!(rb.ups().is_empty() && rb.downs().is_empty());
+    b.shutdown();
+}
+
+/// A recording relay: forwards connections to `to`, keeping what each
+/// client sent.
+fn relay(to: std::net::SocketAddr) -> (std::net::SocketAddr, std::sync::Arc<std::sync::Mutex<Vec<Vec<u8>>>>) {
+    use std::io::{Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log2 = log.clone();
+    std::thread::spawn(move || {
+        for cl in l.incoming() {
+            let Ok(mut cl) = cl else { return };
+            let Ok(mut up) = std::net::TcpStream::connect(to) else { return };
+            let i = {
+                let mut g = log2.lock().unwrap();
+                g.push(Vec::new());
+                g.len() - 1
+            };
+            let (mut cl2, mut up2) = (cl.try_clone().unwrap(), up.try_clone().unwrap());
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut up2, &mut cl2);
+                let _ = cl2.shutdown(std::net::Shutdown::Both);
+            });
+            let log3 = log2.clone();
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = cl.read(&mut buf) {
+                    if n == 0 || up.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                    // The handshake is the first few hundred bytes.
+                    let mut g = log3.lock().unwrap();
+                    if g[i].len() < 4096 {
+                        g[i].extend_from_slice(&buf[..n]);
+                    }
+                }
+                let _ = up.shutdown(std::net::Shutdown::Both);
+            });
+        }
+    });
+    (addr, log)
+}
+
+#[test]
+fn a_lane_handshake_replayed_from_the_wire_is_refused() {
+    use std::io::{Read, Write};
+    init_log();
+    let (b, rb) = start(lanes_config("b", 2));
+    let (a, ra) = start(lanes_config("a", 2));
+    let (via, log) = relay(b.local_addr());
+    let peer = a.connect(via).unwrap();
+    rb.wait_for("a up at b", |ev| ups(ev).len() == 1);
+    assert_eq!(a.sender(peer.id).unwrap().lanes(), 2);
+    let failed = b.handshake_stats().failed;
+    // Everything the lane's initiator sent, replayed on a new connection.
+    let lane = log.lock().unwrap()[1].clone();
+    let mut s = std::net::TcpStream::connect(b.local_addr()).unwrap();
+    s.write_all(&lane).unwrap();
+    s.set_read_timeout(Some(GUARD)).unwrap();
+    let mut got = Vec::new();
+    let _ = s.read_to_end(&mut got);
+    wait_until("the replay counted as failed", || {
+        b.handshake_stats().failed > failed
+    });
+    assert_eq!(rb.ups().len(), 1);
+    assert!(ra.downs().is_empty() && rb.downs().is_empty());
+    let s = a.sender(peer.id).unwrap();
+    s.send_keyed(1, FIRST_USER_KIND, payload(1, 0), false).unwrap();
+    rb.wait_for("a frame on lane 1", |ev| count_frames(ev) == 1);
+    a.shutdown();
+    b.shutdown();
+}
