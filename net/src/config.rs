@@ -445,7 +445,9 @@ impl NetConfig {
             return bad("lanes must be between 1 and 64");
         }
         if self.lanes > 1 && self.io == IoMode::Threads {
-            return bad("lanes > 1 needs IoMode::Poller (IoMode::Threads has one connection per peer)");
+            return bad(
+                "lanes > 1 needs IoMode::Poller (IoMode::Threads has one connection per peer)",
+            );
         }
         Ok(())
     }

@@ -514,7 +514,9 @@ impl PeerSender {
     /// connection first (one entry without extra lanes).
     pub fn lane_frames(&self) -> Vec<u64> {
         let lanes = self.conn.extra_lanes().iter().map(|l| l.frames_queued());
-        std::iter::once(self.conn.frames_queued()).chain(lanes).collect()
+        std::iter::once(self.conn.frames_queued())
+            .chain(lanes)
+            .collect()
     }
 
     /// Test hook: shuts the socket of lane `index` down (0: the first
@@ -1101,7 +1103,13 @@ impl Inner {
             index: 0,
             secret: hello.secret.clone(),
         };
-        self.make_conn(hello.peer_info(PeerId(self.next_id())), hello, stream, sealer, group)
+        self.make_conn(
+            hello.peer_info(PeerId(self.next_id())),
+            hello,
+            stream,
+            sealer,
+            group,
+        )
     }
 
     fn make_conn(
@@ -1884,7 +1892,11 @@ impl Inner {
             Ok(x) => x,
             Err(e) => {
                 Stats::bump(&self.stats.failed);
-                log::warn!("graft-net: lane {} of {}@{remote}: {e}", hello.lane, hello.name);
+                log::warn!(
+                    "graft-net: lane {} of {}@{remote}: {e}",
+                    hello.lane,
+                    hello.name
+                );
                 let f = forming.remove(at);
                 drop(forming);
                 return self.abandon_forming(f, e);
@@ -1912,7 +1924,11 @@ impl Inner {
         };
         if let Err(e) = sent {
             Stats::bump(&self.stats.failed);
-            log::warn!("graft-net: lane {} of {}@{remote}: {e}", hello.lane, hello.name);
+            log::warn!(
+                "graft-net: lane {} of {}@{remote}: {e}",
+                hello.lane,
+                hello.name
+            );
             let f = forming.remove(at);
             drop(forming);
             return self.abandon_forming(f, e);

@@ -112,7 +112,11 @@ fn idle_lanes_stay_up_on_their_heartbeats() {
     // Twelve ticks of silence: each lane must keep itself alive (a lane
     // that heard nothing for three would be declared dead).
     std::thread::sleep(tick * 12);
-    assert!(ra.downs().is_empty() && rb.downs().is_empty(), "{:?}", ra.downs());
+    assert!(
+        ra.downs().is_empty() && rb.downs().is_empty(),
+        "{:?}",
+        ra.downs()
+    );
     let s = a.sender(peer.id).unwrap();
     for key in 0..6 {
         s.send_keyed(key, FIRST_USER_KIND, key.to_be_bytes().to_vec(), false)
@@ -317,7 +321,12 @@ fn a_lane_to_a_one_lane_node_finds_no_session_and_a_half_formed_peer_expires() {
 
 /// A recording relay: forwards connections to `to`, keeping what each
 /// client sent.
-fn relay(to: std::net::SocketAddr) -> (std::net::SocketAddr, std::sync::Arc<std::sync::Mutex<Vec<Vec<u8>>>>) {
+fn relay(
+    to: std::net::SocketAddr,
+) -> (
+    std::net::SocketAddr,
+    std::sync::Arc<std::sync::Mutex<Vec<Vec<u8>>>>,
+) {
     use std::io::{Read, Write};
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
@@ -326,7 +335,9 @@ fn relay(to: std::net::SocketAddr) -> (std::net::SocketAddr, std::sync::Arc<std:
     std::thread::spawn(move || {
         for cl in l.incoming() {
             let Ok(mut cl) = cl else { return };
-            let Ok(mut up) = std::net::TcpStream::connect(to) else { return };
+            let Ok(mut up) = std::net::TcpStream::connect(to) else {
+                return;
+            };
             let i = {
                 let mut g = log2.lock().unwrap();
                 g.push(Vec::new());
@@ -381,7 +392,8 @@ fn a_lane_handshake_replayed_from_the_wire_is_refused() {
     assert_eq!(rb.ups().len(), 1);
     assert!(ra.downs().is_empty() && rb.downs().is_empty());
     let s = a.sender(peer.id).unwrap();
-    s.send_keyed(1, FIRST_USER_KIND, payload(1, 0), false).unwrap();
+    s.send_keyed(1, FIRST_USER_KIND, payload(1, 0), false)
+        .unwrap();
     rb.wait_for("a frame on lane 1", |ev| count_frames(ev) == 1);
     a.shutdown();
     b.shutdown();

@@ -71,7 +71,10 @@ fn many_senders_keep_their_order_over_four_lanes() {
     let used = lanes_used(&a);
     assert_eq!(used.len(), 4, "{used:?}");
     let busy = used.iter().filter(|n| **n >= PER).count();
-    assert!(busy >= 3, "16 senders over 4 lanes use most of them: {used:?}");
+    assert!(
+        busy >= 3,
+        "16 senders over 4 lanes use most of them: {used:?}"
+    );
     a.shutdown();
     b.shutdown();
 }
