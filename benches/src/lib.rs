@@ -9,11 +9,17 @@ pub fn report(bench: &str, metric: &str, unit: &str, value: f64) {
     use std::io::Write;
     // GRAFT_BENCH_TLS=1: the distributed benches are their `_tls` twins.
     let tls = bench.starts_with("dist_") && tls_wanted();
-    let bench = &if tls {
+    let mut bench = if tls {
         format!("{bench}_tls")
     } else {
         bench.to_string()
     };
+    // GRAFT_BENCH_LANES=n (n > 1): the distributed benches over n lanes.
+    let lanes = lanes_wanted();
+    if lanes > 1 && (bench.starts_with("dist_") || bench.starts_with("growth_dist")) {
+        bench = format!("{bench}_lanes{lanes}");
+    }
+    let bench = &bench;
     // A reader that went away (`| head -1`) is not the bench failing.
     let _ = writeln!(
         std::io::stdout(),
@@ -46,6 +52,19 @@ pub fn rss_bytes() -> i64 {
         .and_then(|l| l.split_whitespace().nth(1))
         .and_then(|kb| kb.parse::<i64>().ok())
         .map_or(0, |kb| kb * 1024)
+}
+
+/// `GRAFT_BENCH_LANES`: connections per peer of the distributed benches
+/// (`NodeConfig::lanes`; default 1).
+///
+/// ```
+/// assert!(graft_benches::lanes_wanted() >= 1);
+/// ```
+pub fn lanes_wanted() -> usize {
+    std::env::var("GRAFT_BENCH_LANES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1)
 }
 
 fn tls_wanted() -> bool {
@@ -116,7 +135,8 @@ pub fn with_peer<R>(f: impl FnOnce(&graft::Node, graft::NodeId) -> R) -> R {
     let config = move || {
         let c = graft::NodeConfig::new("127.0.0.1:0")
             .cookie("graftbench")
-            .encrypt(encrypt);
+            .encrypt(encrypt)
+            .lanes(lanes_wanted());
         match tls_cfg.clone() {
             Some(t) => c.tls(t),
             None => c,

@@ -40,6 +40,7 @@ pub struct NetConfig {
     pub(crate) tls: Option<crate::TlsConfig>,
     pub(crate) io: IoMode,
     pub(crate) io_threads: usize,
+    pub(crate) lanes: usize,
 }
 
 /// How a [`Transport`](crate::Transport) drives its established
@@ -144,6 +145,7 @@ impl NetConfig {
             tls: None,
             io: IoMode::from_env(),
             io_threads: Self::DEFAULT_IO_THREADS,
+            lanes: 1,
         }
     }
 
@@ -160,6 +162,34 @@ impl NetConfig {
     pub fn io_threads(mut self, n: usize) -> Self {
         self.io_threads = n;
         self
+    }
+
+    /// Connections per peer (1 to 64; default 1): with `n > 1`, a node
+    /// that connects opens `n - 1` extra connections ("lanes", Partisan's
+    /// parallel channels) to the same peer after the first, each with its
+    /// own full handshake bound to the first one's session, and a frame of
+    /// order key `k` travels on lane `k % n` (key 0, heartbeats and the
+    /// transport's own frames on the first), so one sender's frames keep
+    /// their order while different senders' bulk traffic does not share
+    /// one TCP stream. The number used is the smaller of the two nodes'
+    /// settings (the accepting node's decides whether it takes extra lanes
+    /// at all): a node with 1 and one with 4 talk over one connection.
+    /// Any lane lost takes the whole peer down. Needs [`IoMode::Poller`]:
+    /// [`Transport::start`](crate::Transport::start) refuses `n > 1` with
+    /// [`IoMode::Threads`].
+    ///
+    /// ```
+    /// let cfg = graft_net::NetConfig::new("n", "127.0.0.1:0".parse().unwrap()).lanes(4);
+    /// assert_eq!(cfg.lane_count(), 4);
+    /// ```
+    pub fn lanes(mut self, n: usize) -> Self {
+        self.lanes = n;
+        self
+    }
+
+    /// The configured number of [`lanes`](NetConfig::lanes).
+    pub fn lane_count(&self) -> usize {
+        self.lanes
     }
 
     /// The configured [`IoMode`].
@@ -411,6 +441,14 @@ impl NetConfig {
         if self.io_threads == 0 || self.io_threads > 64 {
             return bad("io_threads must be between 1 and 64");
         }
+        if self.lanes == 0 || self.lanes > crate::handshake::MAX_LANES {
+            return bad("lanes must be between 1 and 64");
+        }
+        if self.lanes > 1 && self.io == IoMode::Threads {
+            return bad(
+                "lanes > 1 needs IoMode::Poller (IoMode::Threads has one connection per peer)",
+            );
+        }
         Ok(())
     }
 }
@@ -438,6 +476,7 @@ impl fmt::Debug for NetConfig {
             .field("tls", &self.tls.is_some())
             .field("io", &self.io)
             .field("io_threads", &self.io_threads)
+            .field("lanes", &self.lanes)
             .finish()
     }
 }

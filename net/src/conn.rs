@@ -202,6 +202,8 @@ struct Outbox {
     next_id: u64,
     /// Senders waiting for the queue to drain (see "Busy").
     drain: Drain,
+    /// User frames queued so far (a figure for tests and stats).
+    frames: u64,
 }
 
 /// The wake-ups of `Outbox::drain`: `true` for a bulk waiter (woken once
@@ -352,6 +354,17 @@ pub(crate) struct Conn {
     dead_after: Duration,
     /// Heartbeat round trip (see "Heartbeat round trip" below).
     rtt: Rtt,
+    /// Which lane of its peer this is, and the session's lane material
+    /// (see "Parallel lanes").
+    pub(crate) group: Group,
+    /// A session's first connection: its extra lanes (index 1 and up),
+    /// set once before `peer_up`.
+    lanes: OnceLock<Box<[Arc<Conn>]>>,
+    /// An extra lane: its session's first connection.
+    main: OnceLock<std::sync::Weak<Conn>>,
+    /// A first connection: readers (its own and its lanes') not yet
+    /// finished; the last reports `peer_down`.
+    readers: std::sync::atomic::AtomicUsize,
     /// On the poller: where the connection is registered (set once, by its
     /// I/O thread, before it ever parks the write side).
     io: OnceLock<IoLink>,
@@ -364,6 +377,17 @@ pub(crate) struct IoLink {
     pub(crate) key: usize,
 }
 
+/// A connection's place among its peer's lanes.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Group {
+    /// The session's lanes (1: no extra lane).
+    pub(crate) lanes: u8,
+    /// This connection's lane (0: the first).
+    pub(crate) index: u8,
+    /// The first connection's handshake material (its key and session id).
+    pub(crate) secret: crate::handshake::LaneSecret,
+}
+
 impl Conn {
     pub(crate) fn new(
         info: PeerInfo,
@@ -371,8 +395,13 @@ impl Conn {
         sealer: Sealer,
         limits: Limits,
         dead_after: Duration,
+        group: Group,
     ) -> Conn {
         Conn {
+            group,
+            lanes: OnceLock::new(),
+            main: OnceLock::new(),
+            readers: std::sync::atomic::AtomicUsize::new(1),
             info,
             stream,
             sealer: Mutex::new(sealer),
@@ -392,6 +421,7 @@ impl Conn {
                 deferred: 0,
                 next_id: 1,
                 drain: Drain::default(),
+                frames: 0,
             }),
             wake: Condvar::new(),
             closed: AtomicBool::new(false),
@@ -473,6 +503,7 @@ impl Conn {
         }
         let id = out.next_id;
         out.next_id += 1;
+        out.frames += 1;
         out.deferred += data.len();
         let large = Large {
             id,
@@ -517,6 +548,9 @@ impl Conn {
         let mut out = self.out.lock();
         if out.closed {
             return Err(NetError::NotConnected(self.info.id));
+        }
+        if key != u64::MAX {
+            out.frames += 1;
         }
         if let Some(f) = out.flight_of(key) {
             // Behind its sender's large message (see "Lanes"); the writer is
@@ -650,6 +684,7 @@ impl Conn {
         for (_, w) in drain {
             w();
         }
+        self.close_group();
     }
 
     /// Bytes queued and not yet handed to the socket.
@@ -1192,5 +1227,95 @@ impl Conn {
             0 => None,
             ns => Some(Duration::from_nanos(ns)),
         }
+    }
+}
+
+// # Parallel lanes
+//
+// With `NetConfig::lanes(n)`, a peer is a session's first connection (lane
+// 0, the one in the transport's tables) and `n - 1` extra lanes, each a
+// `Conn` of its own (outbox, sealer, heartbeats, reader) whose `info` is
+// the first one's, so that its frames are delivered as the peer's. The
+// first holds its lanes (`lanes`, set once before `peer_up`, so a sender
+// never sees them change); a lane holds its first weakly (`main`). A
+// frame of order key `k` goes on lane `k % n` (`lane`); key 0 and the
+// transport's own frames stay on the first. Closing any lane closes them
+// all (`close_group`); each reader that ends counts down the first's
+// `readers`, and only the last reports `peer_down`, so no frame of any
+// lane is delivered after it.
+
+impl Conn {
+    /// The connection that carries frames of order key `key`.
+    #[inline]
+    pub(crate) fn lane(&self, key: u64) -> &Conn {
+        match self.lanes.get() {
+            None => self,
+            Some(l) => {
+                let i = (key % (l.len() as u64 + 1)) as usize;
+                if i == 0 || key == u64::MAX {
+                    self
+                } else {
+                    &l[i - 1]
+                }
+            }
+        }
+    }
+
+    /// The extra lanes (empty without).
+    pub(crate) fn extra_lanes(&self) -> &[Arc<Conn>] {
+        self.lanes.get().map_or(&[], |l| l)
+    }
+
+    /// Makes `lanes` this first connection's extra lanes (once, before
+    /// `peer_up` and before any reader runs); each is linked back.
+    pub(crate) fn set_lanes(self: &Arc<Self>, lanes: Vec<Arc<Conn>>) {
+        for l in &lanes {
+            let _ = l.main.set(Arc::downgrade(self));
+        }
+        self.readers.store(lanes.len() + 1, Ordering::Release);
+        let _ = self.lanes.set(lanes.into_boxed_slice());
+        if self.is_closed() {
+            // Closed meanwhile: the lanes go too.
+            self.close_group();
+        }
+    }
+
+    /// Links an extra lane to its first connection before the set is
+    /// complete (so that closing the lane closes the first).
+    pub(crate) fn set_main(&self, main: &Arc<Conn>) {
+        let _ = self.main.set(Arc::downgrade(main));
+    }
+
+    /// The first connection of an extra lane (`None` for a first one, or
+    /// when it is gone).
+    pub(crate) fn main(&self) -> Option<Arc<Conn>> {
+        self.main.get().and_then(|w| w.upgrade())
+    }
+
+    /// Whether this is an extra lane.
+    pub(crate) fn is_lane(&self) -> bool {
+        self.group.index > 0
+    }
+
+    /// A first connection: one reader finished; `true` for the last.
+    pub(crate) fn reader_done(&self) -> bool {
+        self.readers.fetch_sub(1, Ordering::AcqRel) == 1
+    }
+
+    /// After this connection closed: closes the rest of its group, with
+    /// the same reason.
+    fn close_group(&self) {
+        let reason = self.reason();
+        if let Some(main) = self.main() {
+            main.close(reason.clone());
+        }
+        for l in self.extra_lanes() {
+            l.close(reason.clone());
+        }
+    }
+
+    /// User frames queued on this connection so far.
+    pub(crate) fn frames_queued(&self) -> u64 {
+        self.out.lock().frames
     }
 }

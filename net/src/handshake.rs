@@ -68,6 +68,8 @@ pub(crate) const PROTOCOL_VERSION: u16 = 3;
 const MAGIC: &[u8; 4] = b"GRFT";
 /// Largest handshake frame accepted (every handshake frame is small).
 pub(crate) const MAX_HANDSHAKE_FRAME: usize = 4096;
+/// Most connections per peer ([`NetConfig::lanes`]).
+pub(crate) const MAX_LANES: usize = 64;
 /// The Noise protocol.
 pub(crate) const NOISE: &str = "Noise_NNpsk0_25519_AESGCM_SHA256";
 /// Context of the pre-shared key's derivation from the cookie.
@@ -80,6 +82,9 @@ mod status {
     pub(super) const AUTH_FAILED: u8 = 2;
     pub(super) const REFUSED: u8 = 3;
 }
+
+/// Identity flag: the lane fields follow the address (see "Lanes").
+const FLAG_LANES: u8 = 2;
 
 /// Who we are, as told in our identity payload.
 #[derive(Debug, Clone)]
@@ -94,6 +99,10 @@ pub(crate) struct Identity {
     pub(crate) psk: [u8; 32],
     /// Whether we want records encrypted (else only authenticated).
     pub(crate) encrypt: bool,
+    /// Connections per peer we take ([`NetConfig::lanes`]).
+    pub(crate) lanes: u8,
+    /// Set when this handshake opens an extra lane of a session.
+    pub(crate) lane: Option<LaneReq>,
 }
 
 impl Identity {
@@ -108,6 +117,8 @@ impl Identity {
             heartbeat_ms: cfg.heartbeat_ms(),
             psk: psk(cookie),
             encrypt: cfg.encrypt,
+            lanes: cfg.lanes.clamp(1, MAX_LANES) as u8,
+            lane: None,
         }
     }
 
@@ -119,6 +130,10 @@ impl Identity {
             fingerprint: self.fingerprint,
             heartbeat_ms: self.heartbeat_ms,
             encrypt: self.encrypt,
+            lanes: self.lane.as_ref().map_or(self.lanes, |l| l.lanes),
+            lane: self.lane.as_ref().map_or(0, |l| l.index),
+            session: self.lane.as_ref().map_or([0; 8], |l| l.session),
+            secret: LaneSecret::default(),
         }
     }
 }
@@ -138,6 +153,15 @@ pub(crate) struct Hello {
     pub(crate) heartbeat_ms: u32,
     /// The peer wants records encrypted.
     pub(crate) encrypt: bool,
+    /// Lanes the peer takes (1 when it did not say); for an extra lane,
+    /// the number of lanes of its session.
+    pub(crate) lanes: u8,
+    /// Which lane this connection is: 0 for a session's first.
+    pub(crate) lane: u8,
+    /// For an extra lane: the session it claims to belong to.
+    pub(crate) session: [u8; 8],
+    /// This handshake's lane material (never sent, see "Lanes").
+    pub(crate) secret: LaneSecret,
 }
 
 impl Hello {
@@ -158,10 +182,16 @@ impl Hello {
         v.extend_from_slice(&self.creation.to_be_bytes());
         v.extend_from_slice(&self.fingerprint.to_be_bytes());
         v.extend_from_slice(&self.heartbeat_ms.to_be_bytes());
-        v.push(u8::from(self.encrypt));
+        let lanes = self.lanes > 1 || self.lane > 0;
+        v.push(u8::from(self.encrypt) | if lanes { FLAG_LANES } else { 0 });
         for s in [self.name.as_bytes(), addr.as_bytes()] {
             v.extend_from_slice(&(s.len() as u16).to_be_bytes());
             v.extend_from_slice(s);
+        }
+        if lanes {
+            v.push(self.lanes);
+            v.push(self.lane);
+            v.extend_from_slice(&self.session);
         }
         v
     }
@@ -171,11 +201,11 @@ impl Hello {
         let creation = u32::from_be_bytes(r.array()?);
         let fingerprint = u64::from_be_bytes(r.array()?);
         let heartbeat_ms = u32::from_be_bytes(r.array()?);
-        let encrypt = match r.array::<1>()? {
-            [0] => false,
-            [1] => true,
-            _ => return Err("unknown identity flags".into()),
-        };
+        let [flags] = r.array::<1>()?;
+        if flags & !(1 | FLAG_LANES) != 0 {
+            return Err("unknown identity flags".into());
+        }
+        let encrypt = flags & 1 != 0;
         let name = r.string()?;
         if name.is_empty() {
             return Err("empty node name".into());
@@ -184,6 +214,14 @@ impl Hello {
             .string()?
             .parse()
             .map_err(|e| format!("bad listen address: {e}"))?;
+        let (mut lanes, mut lane, mut session) = (1, 0, [0; 8]);
+        if flags & FLAG_LANES != 0 {
+            [lanes, lane] = r.array()?;
+            session = r.array()?;
+            if lanes == 0 || usize::from(lanes) > MAX_LANES {
+                return Err(format!("{lanes} lanes (1 to {MAX_LANES} are possible)"));
+            }
+        }
         if !r.0.is_empty() {
             return Err("trailing bytes after the identity".into());
         }
@@ -194,6 +232,10 @@ impl Hello {
             fingerprint,
             heartbeat_ms,
             encrypt,
+            lanes,
+            lane,
+            session,
+            secret: LaneSecret::default(),
         })
     }
 }
@@ -318,6 +360,10 @@ pub(crate) struct Handshake {
     binding: Option<[u8; 32]>,
     keys: Option<Session>,
     transcript: [u8; 32],
+    /// The lane material of this handshake (see "Lanes").
+    secret: LaneSecret,
+    /// Set when this initiator opens an extra lane.
+    lane: Option<LaneReq>,
     peer: Option<Hello>,
     /// Bytes received and not yet consumed.
     inbuf: Vec<u8>,
@@ -373,6 +419,8 @@ impl Handshake {
             binding,
             keys: None,
             transcript: [0; 32],
+            secret: LaneSecret::default(),
+            lane: me.lane.clone(),
             peer: None,
             inbuf: Vec::new(),
             out: Vec::new(),
@@ -488,6 +536,7 @@ impl Handshake {
                     ));
                 };
                 let theirs = self.identity(&buf[..n])?;
+                self.answer_lanes(&theirs);
                 let n = hs
                     .write_message(&self.me.encode(), &mut buf)
                     .map_err(|e| NetError::Handshake(format!("cannot write our message: {e}")))?;
@@ -509,23 +558,27 @@ impl Handshake {
                 self.finish_noise(hs, true, theirs.encrypt);
                 self.peer = Some(theirs.clone());
                 self.phase = Phase::Register;
-                Ok(Some(Step::Register(theirs)))
+                Ok(Some(Step::Register(self.peer_hello())))
             }
             (Phase::Confirm, kind::NOISE) => {
-                let opened = (p.len() == 1 + 32 + TAG)
+                let len = 1 + 32 + self.token_len();
+                let opened = (p.len() == len + TAG)
                     .then(|| self.keys().open_message(p))
                     .flatten();
                 let buf = opened.unwrap_or_default();
                 // The transcript hash compared in constant time.
-                let ok = buf.len() == 33
+                let ok = buf.len() == len
                     && blake3::Hash::from(self.transcript)
                         == blake3::Hash::from(<[u8; 32]>::try_from(&buf[1..33]).expect("32"));
+                if ok {
+                    self.take_token(&buf[33..]);
+                }
                 if !ok {
                     return Err(self.auth_failed(
                         "the peer did not confirm the session key (a replayed or relayed handshake?)",
                     ));
                 }
-                let theirs = self.peer.clone().expect("peer known");
+                let theirs = self.peer_hello();
                 if buf[0] != status::OK {
                     self.phase = Phase::Failed;
                     return Err(NetError::Duplicate);
@@ -534,14 +587,22 @@ impl Handshake {
                 Ok(Some(Step::Decide(theirs)))
             }
             (Phase::Verdict, kind::NOISE) => {
-                let opened = (p.len() == 1 + TAG)
+                let opened = (p.len() > TAG && p.len() <= 1 + MAX_REFUSAL + TAG)
                     .then(|| self.keys().open_message(p))
                     .flatten();
-                let theirs = self.peer.clone().expect("peer known");
+                let theirs = self.peer_hello();
                 self.phase = Phase::Done;
                 match opened.as_deref() {
                     Some([status::OK]) => Ok(Some(Step::Up(theirs))),
                     Some([status::DUPLICATE]) => Ok(Some(Step::Duplicate(theirs))),
+                    Some([status::REFUSED, why @ ..]) => {
+                        self.phase = Phase::Failed;
+                        Err(NetError::Handshake(format!(
+                            "refused by {}: {}",
+                            theirs.name,
+                            String::from_utf8_lossy(why)
+                        )))
+                    }
                     _ => {
                         self.phase = Phase::Failed;
                         Err(NetError::Handshake(format!(
@@ -602,6 +663,7 @@ impl Handshake {
     fn finish_noise(&mut self, mut hs: Box<snow::HandshakeState>, initiator: bool, theirs: bool) {
         self.transcript.copy_from_slice(hs.get_handshake_hash());
         let (i_to_a, a_to_i) = hs.dangerously_get_raw_split();
+        self.secret = LaneSecret::of_session(&i_to_a, &a_to_i, &self.transcript);
         let encrypt = self.me.encrypt || theirs;
         self.keys = Some(if initiator {
             Session::new(&i_to_a, &a_to_i, encrypt)
@@ -618,9 +680,10 @@ impl Handshake {
     /// asks to be kept; otherwise the handshake ends as a duplicate.
     pub(crate) fn confirm(&mut self, keep: bool) -> Result<(), NetError> {
         assert_eq!(self.phase, Phase::Register, "confirm out of turn");
-        let mut plain = [0u8; 33];
+        let mut plain = vec![0u8; 33];
         plain[0] = if keep { status::OK } else { status::DUPLICATE };
         plain[1..].copy_from_slice(&self.transcript);
+        self.append_token(&mut plain);
         self.seal_handshake(&plain)?;
         self.phase = if keep { Phase::Verdict } else { Phase::Done };
         Ok(())
@@ -652,6 +715,161 @@ impl Handshake {
         );
         let keys = self.keys.take().expect("keys when done, taken once");
         (keys, std::mem::take(&mut self.inbuf))
+    }
+}
+
+// # Lanes
+//
+// A session's extra connections ([`NetConfig::lanes`]). The initiator's
+// identity carries `FLAG_LANES` and, after the address, `lanes u8 | lane
+// u8 | session [8]`: on a session's first connection, the lanes it takes
+// (lane 0, session zero); the acceptor answers with its own count only to
+// an initiator that sent the flag (so a peer that knows nothing of lanes
+// never sees it), and both use the smaller. An extra lane's identity
+// claims lane `i` of session `s` (`s` derived from the first connection's
+// key, below), and its key confirmation carries a token after the
+// transcript hash:
+//
+//   key   = derive_key("graft-net lane key v1", i_to_a | a_to_i | h)
+//           of the first connection (never sent)
+//   s     = derive_key("graft-net lane session v1", key)[..8]
+//   token = keyed_hash(key, "graft-net lane token v1\0" | i | lanes | h')
+//           with h' the lane's own transcript hash
+//
+// The acceptor attaches a lane only if its session is a peer still
+// forming, `i` is in range and not taken, and the token verifies; else it
+// answers the confirmation with a sealed `REFUSED` verdict naming why. A
+// token opens nothing on another session (another key), another lane
+// index or another handshake (another `h'`); the identity and the token
+// travel encrypted.
+
+/// Longest reason of a sealed refusal.
+const MAX_REFUSAL: usize = 256;
+
+/// What an initiator that opens an extra lane knows of its session.
+#[derive(Clone)]
+pub(crate) struct LaneReq {
+    /// This lane's index (1 and up).
+    pub(crate) index: u8,
+    /// The session's lanes.
+    pub(crate) lanes: u8,
+    /// The session's id.
+    pub(crate) session: [u8; 8],
+    /// The session's lane key.
+    pub(crate) key: [u8; 32],
+    /// A token to send instead of the right one (tests of the acceptor).
+    pub(crate) forged: Option<[u8; 32]>,
+}
+
+impl std::fmt::Debug for LaneReq {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "lane {} of {}", self.index, self.lanes)
+    }
+}
+
+/// The lane material of one handshake: its key (for a session's first
+/// connection), its transcript, and the token received (an acceptor's
+/// extra lane), or sent (an initiator's).
+#[derive(Clone, Default, PartialEq, Eq)]
+pub(crate) struct LaneSecret {
+    pub(crate) key: [u8; 32],
+    pub(crate) transcript: [u8; 32],
+    pub(crate) token: [u8; 32],
+}
+
+impl std::fmt::Debug for LaneSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LaneSecret(<hidden>)")
+    }
+}
+
+impl LaneSecret {
+    fn of_session(i_to_a: &[u8; 32], a_to_i: &[u8; 32], h: &[u8; 32]) -> LaneSecret {
+        let mut m = [0u8; 96];
+        m[..32].copy_from_slice(i_to_a);
+        m[32..64].copy_from_slice(a_to_i);
+        m[64..].copy_from_slice(h);
+        LaneSecret {
+            key: blake3::derive_key("graft-net lane key v1", &m),
+            transcript: *h,
+            token: [0; 32],
+        }
+    }
+
+    /// The session id of a first connection with this key.
+    pub(crate) fn session(&self) -> [u8; 8] {
+        let d = blake3::derive_key("graft-net lane session v1", &self.key);
+        d[..8].try_into().expect("8 bytes")
+    }
+
+    /// Whether `token` is the right one for lane `index` of `lanes`, made
+    /// on the handshake whose transcript is `h` (compared in constant time).
+    pub(crate) fn verifies(&self, index: u8, lanes: u8, h: &[u8; 32], token: &[u8; 32]) -> bool {
+        blake3::Hash::from(lane_token(&self.key, index, lanes, h)) == blake3::Hash::from(*token)
+    }
+}
+
+/// The token of lane `index` of `lanes`, on the handshake of transcript `h`.
+pub(crate) fn lane_token(key: &[u8; 32], index: u8, lanes: u8, h: &[u8; 32]) -> [u8; 32] {
+    let mut m = Vec::with_capacity(24 + 2 + 32);
+    m.extend_from_slice(b"graft-net lane token v1\0");
+    m.extend_from_slice(&[index, lanes]);
+    m.extend_from_slice(h);
+    *blake3::keyed_hash(key, &m).as_bytes()
+}
+
+impl Handshake {
+    /// Acceptor: our lane count goes to an initiator that told its own.
+    fn answer_lanes(&mut self, theirs: &Hello) {
+        if !(theirs.lanes > 1 || theirs.lane > 0) {
+            self.me.lanes = 1;
+        }
+    }
+
+    /// The peer's hello with this handshake's lane material.
+    fn peer_hello(&self) -> Hello {
+        let mut h = self.peer.clone().expect("peer known");
+        h.secret = self.secret.clone();
+        h
+    }
+
+    /// Bytes of token in the initiator's key confirmation: 32 for an extra
+    /// lane, else none.
+    fn token_len(&self) -> usize {
+        match &self.peer {
+            Some(p) if p.lane > 0 => 32,
+            _ => 0,
+        }
+    }
+
+    /// Acceptor: keeps the token of a confirmation.
+    fn take_token(&mut self, rest: &[u8]) {
+        if let Ok(t) = <[u8; 32]>::try_from(rest) {
+            self.secret.token = t;
+        }
+    }
+
+    /// Initiator of an extra lane: the token after the transcript hash.
+    fn append_token(&mut self, plain: &mut Vec<u8>) {
+        if let Some(l) = &self.lane {
+            let t = l
+                .forged
+                .unwrap_or_else(|| lane_token(&l.key, l.index, l.lanes, &self.transcript));
+            self.secret.token = t;
+            plain.extend_from_slice(&t);
+        }
+    }
+
+    /// Acceptor, after [`Step::Decide`]: refuses an extra lane, telling
+    /// the initiator why (sealed).
+    pub(crate) fn verdict_refused(&mut self, why: &str) -> Result<(), NetError> {
+        assert_eq!(self.phase, Phase::Decide, "verdict out of turn");
+        let mut m = vec![status::REFUSED];
+        let why = why.as_bytes();
+        m.extend_from_slice(&why[..why.len().min(MAX_REFUSAL)]);
+        self.seal_handshake(&m)?;
+        self.phase = Phase::Done;
+        Ok(())
     }
 }
 
@@ -782,6 +1000,8 @@ mod tests {
             heartbeat_ms: 1000,
             psk: psk(cookie),
             encrypt: cookie.ends_with("+enc"),
+            lanes: 1,
+            lane: None,
         }
     }
 

@@ -73,6 +73,11 @@
 //!   each other at once, the connection initiated by the smaller name is
 //!   kept and both `connect` calls return it. A node that comes back with a
 //!   new creation replaces its old connection ([`NetError::Replaced`]).
+//! * **Lanes**: with [`NetConfig::lanes`]`(n)`, `n` connections per peer
+//!   (Partisan's parallel channels), each its own handshake bound to the
+//!   first's session; a frame of order key `k` goes on lane `k % n`, all
+//!   lanes come up before the peer does, and any lane lost takes the peer
+//!   down once.
 //! * **Cookie**: [`resolve_cookie`]: configured, else `GRAFT_COOKIE`, else
 //!   `$HOME/.graft.cookie` (created with mode 0600).
 //! * **Diagnostics**: [`RawClient`] speaks the protocol on the caller's
@@ -102,6 +107,6 @@ pub use error::NetError;
 pub use frame::FIRST_USER_KIND;
 pub use peer::{Handler, PeerId, PeerInfo};
 pub use pending::HandshakeStats;
-pub use raw::RawClient;
+pub use raw::{LaneClaim, RawClient};
 pub use tls::TlsConfig;
 pub use transport::{PeerSender, Transport};

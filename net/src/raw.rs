@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use crate::conn::READ_BUF;
 use crate::cookie::resolve_cookie;
 use crate::frame::{self, Decoder};
-use crate::handshake::{self, Identity, Outcome};
+use crate::handshake::{self, Identity, LaneReq, LaneSecret, Outcome};
 use crate::session::{SealedReader, Sealer};
 use crate::{NetConfig, NetError, PeerId, PeerInfo};
 
@@ -46,6 +46,25 @@ pub struct RawClient {
     reader: SealedReader<TcpStream>,
     sealer: Sealer,
     dec: Decoder,
+    /// The lanes agreed with the acceptor, and this handshake's lane
+    /// material (see [`open_lane`](RawClient::open_lane)).
+    lanes: u8,
+    secret: LaneSecret,
+}
+
+/// What an extra lane opened by [`RawClient::open_lane`] claims: the
+/// truth, or a lie to test the acceptor with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LaneClaim {
+    /// The right session, lane count and token.
+    Genuine,
+    /// This token instead of the right one (a forgery, or a token another
+    /// lane sent: a replay).
+    Token([u8; 32]),
+    /// This session id instead of ours (a session the acceptor does not
+    /// know).
+    Session([u8; 8]),
 }
 
 impl RawClient {
@@ -74,11 +93,80 @@ impl RawClient {
                     reader,
                     sealer,
                     dec,
+                    lanes: me.lanes.min(h.lanes),
+                    secret: h.secret.clone(),
                 };
                 Ok((raw, h.peer_info(PeerId(0))))
             }
             (Outcome::Duplicate(_), _, _) => Err(NetError::Duplicate),
         }
+    }
+
+    /// The lanes agreed with the acceptor when this client connected with
+    /// [`NetConfig::lanes`] over 1 (else 1).
+    pub fn lanes(&self) -> usize {
+        self.lanes.into()
+    }
+
+    /// Opens extra lane `index` of this client's session to `addr` (the
+    /// node this client is connected to), as a node's
+    /// [`Transport`](crate::Transport) does after its first connection,
+    /// claiming what `claim` says. Returns the lane's own client.
+    ///
+    /// # Errors
+    ///
+    /// As [`connect`](RawClient::connect); a lane the acceptor refuses
+    /// (unknown session, bad token, index out of range or taken) is a
+    /// [`NetError::Handshake`] naming why.
+    pub fn open_lane(
+        &self,
+        addr: SocketAddr,
+        cfg: &NetConfig,
+        index: usize,
+        claim: LaneClaim,
+    ) -> Result<RawClient, NetError> {
+        let cookie = resolve_cookie(cfg.cookie.as_deref())?;
+        let mut stream = TcpStream::connect_timeout(&addr, cfg.connect_timeout)?;
+        stream.set_nodelay(true)?;
+        stream.set_write_timeout(Some(cfg.connect_timeout))?;
+        let mut me = Identity::new(cfg, cfg.listen, &cookie);
+        let index = u8::try_from(index)
+            .map_err(|_| NetError::Handshake(format!("lane index {index} over 255")))?;
+        me.lane = Some(LaneReq {
+            index,
+            lanes: self.lanes,
+            session: match claim {
+                LaneClaim::Session(s) => s,
+                _ => self.secret.session(),
+            },
+            key: self.secret.key,
+            forged: match claim {
+                LaneClaim::Token(t) => Some(t),
+                _ => None,
+            },
+        });
+        let deadline = Instant::now() + cfg.connect_timeout;
+        match handshake::initiate(&mut stream, &me, deadline, |_| Ok(true))? {
+            (Outcome::Up(h), session, rest) => {
+                let (sealer, opener) = session.split();
+                let reader = SealedReader::new(stream.try_clone()?, opener, &rest);
+                Ok(RawClient {
+                    stream,
+                    reader,
+                    sealer,
+                    dec: Decoder::new(READ_BUF, cfg.wire_frame_max()),
+                    lanes: self.lanes,
+                    secret: h.secret,
+                })
+            }
+            (Outcome::Duplicate(_), _, _) => Err(NetError::Duplicate),
+        }
+    }
+
+    /// The token this client sent, when it is an extra lane (for a test
+    /// that replays it on another).
+    pub fn lane_token(&self) -> [u8; 32] {
+        self.secret.token
     }
 
     /// Sends one uncompressed frame of any kind, reserved ones included.

@@ -675,6 +675,8 @@ mod tests {
             fingerprint: 1,
             heartbeat_ms: 1000,
             psk: psk("c"),
+            lanes: 1,
+            lane: None,
         };
         let mut i = Handshake::initiator(&id("i")).unwrap();
         let mut a = Handshake::acceptor(&id("a"));

@@ -160,6 +160,18 @@ struct Inner {
     /// Round-robin choice of the I/O thread of the next connection.
     next_io: std::sync::atomic::AtomicUsize,
     stats: Stats,
+    /// Inbound peers whose extra lanes are coming in (see "Lanes").
+    forming: Mutex<Vec<Forming>>,
+}
+
+/// An accepted session's first connection, kept (in the tables, not
+/// announced, not read) until its extra lanes are all up.
+struct Forming {
+    main: Arc<Conn>,
+    reader: Reader,
+    /// Lane `i` at `i - 1`: the connection, and its reader once built.
+    lanes: Vec<Option<(Arc<Conn>, Option<Reader>)>>,
+    deadline: Instant,
 }
 
 struct State {
@@ -244,6 +256,7 @@ impl Transport {
             io: io_threads,
             next_io: Default::default(),
             stats: Stats::default(),
+            forming: Mutex::new(Vec::new()),
         });
         if inner.cfg.io == IoMode::Poller {
             let me = inner.clone();
@@ -467,6 +480,9 @@ impl PeerSender {
     /// wakes the writer for them); does nothing if none are held.
     pub fn flush(&self) {
         self.conn.flush();
+        for l in self.conn.extra_lanes() {
+            l.flush();
+        }
     }
 
     /// Whether both send to the same connection.
@@ -488,7 +504,37 @@ impl PeerSender {
     /// outbox is unbounded; a sender that must not outrun a slow peer can
     /// watch this, or wait with [`on_drain`](PeerSender::on_drain).
     pub fn queued_bytes(&self) -> usize {
-        self.conn.queued_bytes()
+        let lanes = self.conn.extra_lanes().iter();
+        self.conn.queued_bytes() + lanes.map(|l| l.queued_bytes()).sum::<usize>()
+    }
+
+    /// The connections to this peer ([`NetConfig::lanes`]; 1 without
+    /// extra lanes).
+    pub fn lanes(&self) -> usize {
+        1 + self.conn.extra_lanes().len()
+    }
+
+    /// User frames queued so far on each of this peer's lanes, the first
+    /// connection first (one entry without extra lanes).
+    pub fn lane_frames(&self) -> Vec<u64> {
+        let lanes = self.conn.extra_lanes().iter().map(|l| l.frames_queued());
+        std::iter::once(self.conn.frames_queued())
+            .chain(lanes)
+            .collect()
+    }
+
+    /// Test hook: shuts the socket of lane `index` down (0: the first
+    /// connection), as a network fault would; the peer then goes down.
+    #[doc(hidden)]
+    pub fn shutdown_lane_socket(&self, index: usize) {
+        let c = match index {
+            0 => &self.conn,
+            i => match self.conn.extra_lanes().get(i - 1) {
+                Some(c) => c,
+                None => return,
+            },
+        };
+        let _ = c.stream().shutdown(Shutdown::Both);
     }
 
     /// As [`send_held`](PeerSender::send_held) (or [`send`](PeerSender::send)
@@ -528,6 +574,7 @@ impl PeerSender {
         hold: bool,
     ) -> Result<bool, NetError> {
         self.conn
+            .lane(key)
             .send_frame(key, kind, std::borrow::Cow::Owned(payload), hold)
     }
 
@@ -544,6 +591,7 @@ impl PeerSender {
         hold: bool,
     ) -> Result<bool, NetError> {
         self.conn
+            .lane(key)
             .send_frame(key, kind, std::borrow::Cow::Borrowed(payload), hold)
     }
 
@@ -551,7 +599,7 @@ impl PeerSender {
     /// (Erlang's busy distribution port), as last seen by a sender or the
     /// writer.
     pub fn is_busy(&self) -> bool {
-        self.conn.is_busy()
+        self.conn.is_busy() || self.conn.extra_lanes().iter().any(|l| l.is_busy())
     }
 
     /// Whether a sender with order key `key` about to send `size` bytes
@@ -560,7 +608,7 @@ impl PeerSender {
     /// sender sends a large message (over 64 KiB) or has one queued. Small
     /// traffic of other senders keeps moving past bulk data.
     pub fn busy_for(&self, key: u64, size: usize) -> bool {
-        self.conn.busy_for(key, size)
+        self.conn.lane(key).busy_for(key, size)
     }
 
     /// Calls `wake` (on the connection's writer thread, or on whoever closes
@@ -569,7 +617,7 @@ impl PeerSender {
     /// unrun, when that is so already. Wake-ups may be spurious: re-check.
     /// Keep `wake` short (an unpark).
     pub fn on_drain(&self, key: u64, size: usize, wake: Box<dyn FnOnce() + Send>) -> bool {
-        self.conn.on_drain(key, size, wake)
+        self.conn.lane(key).on_drain(key, size, wake)
     }
 
     /// The last heartbeat round trip to this peer (a ping each heartbeat
@@ -641,6 +689,12 @@ impl Inner {
             if !conns.is_empty() {
                 let t = next_scan.saturating_duration_since(now);
                 timeout = Some(timeout.map_or(t, |x| x.min(t)));
+            }
+            if index == 0 {
+                if let Some(d) = self.forming.lock().iter().map(|f| f.deadline).min() {
+                    let t = d.saturating_duration_since(now);
+                    timeout = Some(timeout.map_or(t, |x| x.min(t)));
+                }
             }
             if !again.is_empty() || !me.inbox.lock().is_empty() {
                 timeout = Some(Duration::ZERO);
@@ -718,6 +772,9 @@ impl Inner {
             self.stats
                 .pending
                 .store(pending.len() as u64, Ordering::Relaxed);
+            if index == 0 {
+                self.expire_forming(now);
+            }
             for p in expired {
                 Stats::bump(&self.stats.timed_out);
                 log::info!(
@@ -782,14 +839,22 @@ impl Inner {
             let conns: Vec<Arc<Conn>> = self.peers.read().values().cloned().collect();
             for c in conns {
                 c.ping_if_due(tick);
+                for l in c.extra_lanes() {
+                    l.ping_if_due(tick);
+                }
             }
         }
     }
 
     /// Hands an announced connection to an I/O thread (round-robin).
     fn join_io(&self, conn: &Arc<Conn>, reader: Reader) -> Result<(), NetError> {
-        reader.src.get_ref().set_nonblocking(true)?;
         let i = self.next_io.fetch_add(1, Ordering::Relaxed) % self.io.len();
+        self.join_io_at(i, conn, reader)
+    }
+
+    /// Hands a connection to I/O thread `i`.
+    fn join_io_at(&self, i: usize, conn: &Arc<Conn>, reader: Reader) -> Result<(), NetError> {
+        reader.src.get_ref().set_nonblocking(true)?;
         {
             // Under `state`, so that nothing joins after shutdown drained it.
             let st = self.state.lock();
@@ -951,6 +1016,9 @@ impl Inner {
                 return log::warn!("graft-net: refusing {}@{remote}: {e}", hello.name);
             }
         }
+        if hello.lane > 0 {
+            return self.decided_lane(p, hello, tls);
+        }
         let hs = p.hs.as_mut().expect("a handshake");
         let decision = self.commit_inbound(&hello, p.sock.get(), hs, tls);
         let sent = p.flush();
@@ -994,6 +1062,10 @@ impl Inner {
             src: SealedReader::new(stream, reader.0, &reader.1).with_plain(reader.2),
             dec: Decoder::new(READ_BUF, self.cfg.wire_frame_max()),
         };
+        if poller && conn.group.lanes > 1 {
+            // Announced once its lanes are up (see "Lanes").
+            return self.form(conn, reader);
+        }
         if poller {
             // `peer_up` on this I/O thread, before the first frame is read.
             self.announce(&conn);
@@ -1046,8 +1118,30 @@ impl Inner {
     }
 
     fn new_conn(&self, hello: &Hello, stream: &TcpStream, sealer: Sealer) -> io::Result<Arc<Conn>> {
-        Ok(Arc::new(Conn::new(
+        let group = crate::conn::Group {
+            lanes: (self.cfg.lanes.min(usize::from(hello.lanes)).max(1)) as u8,
+            index: 0,
+            secret: hello.secret.clone(),
+        };
+        self.make_conn(
             hello.peer_info(PeerId(self.next_id())),
+            hello,
+            stream,
+            sealer,
+            group,
+        )
+    }
+
+    fn make_conn(
+        &self,
+        info: PeerInfo,
+        hello: &Hello,
+        stream: &TcpStream,
+        sealer: Sealer,
+        group: crate::conn::Group,
+    ) -> io::Result<Arc<Conn>> {
+        Ok(Arc::new(Conn::new(
+            info,
             stream.try_clone()?,
             sealer,
             crate::conn::Limits {
@@ -1057,6 +1151,7 @@ impl Inner {
                 busy_limit: self.cfg.busy_limit,
             },
             self.dead_after(hello),
+            group,
         )))
     }
 
@@ -1110,6 +1205,20 @@ impl Inner {
         if !conn.take_down_report() {
             return;
         }
+        // An extra lane's reader counts down its first connection's (see
+        // conn.rs, "Parallel lanes"): the last one reports.
+        let main = if conn.is_lane() {
+            match conn.main() {
+                Some(m) => m,
+                None => return,
+            }
+        } else {
+            conn.clone()
+        };
+        if !main.reader_done() {
+            return;
+        }
+        let conn = &main;
         self.remove(conn);
         let reason = conn.reason();
         let (name, id, addr) = (&conn.info.name, conn.info.id, conn.info.listen_addr);
@@ -1282,6 +1391,25 @@ impl Inner {
             Connected::New(conn, reader) => (conn, reader),
         };
         drop(stream);
+        if conn.group.lanes > 1 {
+            let lanes = match self.open_lanes(addr, &conn, deadline) {
+                Ok(l) => l,
+                Err(e) => {
+                    if self.state.lock().closed {
+                        return Err(NetError::Shutdown);
+                    }
+                    return Err(e);
+                }
+            };
+            let (conns, readers): (Vec<_>, Vec<_>) = lanes.into_iter().unzip();
+            conn.set_lanes(conns);
+            self.announce(&conn);
+            self.join_group(&conn, reader, readers);
+            return match conn.is_closed() {
+                false => Ok(conn.info.clone()),
+                true => Err(conn.reason()),
+            };
+        }
         self.announce(&conn);
         if self.cfg.io == IoMode::Poller {
             if let Err(e) = self.join_io(&conn, reader) {
@@ -1488,6 +1616,9 @@ impl Inner {
         for c in conns {
             c.close(NetError::Shutdown);
         }
+        for f in std::mem::take(&mut *self.forming.lock()) {
+            self.abandon_forming(f, NetError::Shutdown);
+        }
         let me = thread::current().id();
         loop {
             let handles = std::mem::take(&mut self.state.lock().threads);
@@ -1511,5 +1642,381 @@ impl Inner {
                 log::warn!("graft-net: cannot wake an I/O thread: {e}");
             }
         }
+    }
+}
+
+// # Lanes
+//
+// With `NetConfig::lanes(n)` (see conn.rs, "Parallel lanes", and
+// handshake.rs, "Lanes"), the initiator, once its first connection is
+// committed (in the tables, not announced), opens lanes 1 to n-1 one after
+// the other, each a full handshake on a socket of its own (TLS too, when
+// configured) that names the session and carries its token. The acceptor
+// keeps the first connection in `forming` (not announced, not read: the
+// initiator sends nothing on it but heartbeats until it is up) and
+// attaches each lane that checks out. With the last one it announces the
+// peer, then sends that lane's verdict; the initiator announces when the
+// verdict comes. So on both sides every lane is up before the peer is,
+// no frame is sent before then, and a key's lane never changes: that is
+// the whole ordering argument. Everything of one peer is served by one
+// I/O thread, so frames of all its lanes are delivered one at a time, as
+// the `Handler` contract says. A peer whose lanes do not all come up within
+// the handshake timeout is dropped (never announced); a lane that fails
+// later takes the whole peer down, once.
+
+impl Inner {
+    /// The initiator's extra lanes, in order; on failure every lane and
+    /// the first connection are closed (nothing was announced).
+    fn open_lanes(
+        self: &Arc<Self>,
+        addr: SocketAddr,
+        main: &Arc<Conn>,
+        deadline: Instant,
+    ) -> Result<Vec<(Arc<Conn>, Reader)>, NetError> {
+        let mut lanes = Vec::new();
+        for index in 1..main.group.lanes {
+            match self.open_lane(addr, main, index, deadline) {
+                Ok(l) => lanes.push(l),
+                Err(e) => {
+                    log::warn!(
+                        "graft-net: lane {index} to {} failed: {e}; dropping the peer",
+                        main.info.name
+                    );
+                    for (c, _) in &lanes {
+                        self.abandon(c, e.clone());
+                    }
+                    self.abandon(main, e.clone());
+                    return Err(e);
+                }
+            }
+        }
+        Ok(lanes)
+    }
+
+    fn open_lane(
+        self: &Arc<Self>,
+        addr: SocketAddr,
+        main: &Arc<Conn>,
+        index: u8,
+        deadline: Instant,
+    ) -> Result<(Arc<Conn>, Reader), NetError> {
+        let timeout = deadline.saturating_duration_since(Instant::now());
+        if timeout.is_zero() {
+            return Err(NetError::Timeout);
+        }
+        let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+        sock.set_nodelay(true)?;
+        sock.connect_timeout(&addr.into(), timeout)
+            .map_err(|e| match e.kind() {
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => NetError::Timeout,
+                _ => e.into(),
+            })?;
+        let mut stream = TcpStream::from(sock);
+        stream.set_write_timeout(Some(timeout))?;
+        let token = self.next_id();
+        self.track(token, &stream)?;
+        let res = self.lane_handshake(&mut stream, main, index, deadline);
+        self.untrack(token);
+        res
+    }
+
+    fn lane_handshake(
+        &self,
+        stream: &mut TcpStream,
+        main: &Arc<Conn>,
+        index: u8,
+        deadline: Instant,
+    ) -> Result<(Arc<Conn>, Reader), NetError> {
+        let tls = match &self.cfg.tls {
+            None => None,
+            Some(cfg) => Some(crate::tls::connect(stream, cfg, deadline)?),
+        };
+        let mut me = self.me.clone();
+        me.lane = Some(handshake::LaneReq {
+            index,
+            lanes: main.group.lanes,
+            session: main.group.secret.session(),
+            key: main.group.secret.key,
+            forged: None,
+        });
+        let cert = tls.as_ref().map(|up| up.cert.clone());
+        let check = |h: &Hello| {
+            if let (Some(cfg), Some(cert)) = (&self.cfg.tls, &cert) {
+                crate::tls::check_name(cfg, cert, &h.name)?;
+            }
+            if h.name != main.info.name || h.creation != main.info.creation {
+                return Err(NetError::Handshake(format!(
+                    "lane {index} to {} answered by {} (another node)",
+                    main.info.name, h.name
+                )));
+            }
+            Ok(true)
+        };
+        let mut tio = match tls {
+            Some(up) => Some(TlsIo::new(stream.try_clone()?, up)),
+            None => None,
+        };
+        let outcome = match tio.as_mut() {
+            Some(io) => handshake::initiate(io, &me, deadline, check),
+            None => handshake::initiate(stream, &me, deadline, check),
+        };
+        let (hello, session, rest) = match outcome? {
+            (Outcome::Up(h), s, r) => (h, s, r),
+            (Outcome::Duplicate(h), _, _) => {
+                return Err(NetError::Handshake(format!(
+                    "lane {index} refused by {} as a duplicate",
+                    h.name
+                )))
+            }
+        };
+        self.configure(stream, &hello)?;
+        let (sealer, opener, raw, plain) = match tio.take() {
+            None => {
+                let (s, o) = session.split();
+                (s, o, rest, Vec::new())
+            }
+            Some(mut io) => {
+                let mut plain = rest;
+                plain.append(&mut io.plain);
+                (io.up.sealer, io.up.opener, io.up.raw, plain)
+            }
+        };
+        let group = crate::conn::Group {
+            lanes: main.group.lanes,
+            index,
+            secret: main.group.secret.clone(),
+        };
+        let conn = self.make_conn(main.info.clone(), &hello, stream, sealer, group)?;
+        conn.set_main(main);
+        let reader = Reader {
+            src: SealedReader::new(stream.try_clone()?, opener, &raw).with_plain(plain),
+            dec: Decoder::new(READ_BUF, self.cfg.wire_frame_max()),
+        };
+        Ok((conn, reader))
+    }
+
+    /// Hands an announced peer and its lanes (`set_lanes` done) to one I/O
+    /// thread; whatever cannot join is closed and counted down.
+    fn join_group(&self, main: &Arc<Conn>, reader: Reader, lanes: Vec<Reader>) {
+        let i = self.next_io.fetch_add(1, Ordering::Relaxed) % self.io.len();
+        let conns = std::iter::once(main.clone()).chain(main.extra_lanes().iter().cloned());
+        let readers = std::iter::once(reader).chain(lanes);
+        let mut failed = false;
+        for (c, r) in conns.zip(readers) {
+            if !failed {
+                if let Err(e) = self.join_io_at(i, &c, r) {
+                    failed = true;
+                    c.close(e);
+                }
+            }
+            if failed {
+                self.report_down(&c);
+            }
+        }
+    }
+
+    /// Acceptor: keeps an accepted first connection until its lanes are up.
+    fn form(&self, main: Arc<Conn>, reader: Reader) {
+        let n = usize::from(main.group.lanes);
+        let f = Forming {
+            main,
+            reader,
+            lanes: (1..n).map(|_| None).collect(),
+            deadline: Instant::now() + self.cfg.handshake_timeout,
+        };
+        let mut forming = self.forming.lock();
+        if self.state.lock().closed {
+            drop(forming);
+            return self.abandon_forming(f, NetError::Shutdown);
+        }
+        forming.push(f);
+    }
+
+    /// Why a lane's claim does not hold (see handshake.rs, "Lanes"), or
+    /// where its session is in `forming`.
+    fn check_lane(forming: &[Forming], hello: &Hello) -> Result<usize, String> {
+        let Some(at) = forming.iter().position(|f| {
+            f.main.info.name == hello.name
+                && f.main.info.creation == hello.creation
+                && !f.main.is_closed()
+                && f.main.group.secret.session() == hello.session
+        }) else {
+            return Err(format!(
+                "lane {} for an unknown session (no connection of {} is waiting for its lanes)",
+                hello.lane, hello.name
+            ));
+        };
+        let main = &forming[at].main;
+        let n = main.group.lanes;
+        let s = &hello.secret;
+        if !main
+            .group
+            .secret
+            .verifies(hello.lane, hello.lanes, &s.transcript, &s.token)
+        {
+            return Err(format!("lane {}: a bad lane token", hello.lane));
+        }
+        if hello.lanes != n || hello.lane >= n {
+            return Err(format!(
+                "lane {} of {} is out of range (the session has {n} lanes)",
+                hello.lane, hello.lanes
+            ));
+        }
+        if forming[at].lanes[usize::from(hello.lane) - 1].is_some() {
+            return Err(format!("lane {} is up already (a duplicate)", hello.lane));
+        }
+        Ok(at)
+    }
+
+    /// Acceptor: an extra lane proved itself; attach it or refuse it.
+    fn decided_lane(self: &Arc<Self>, mut p: Pending, hello: Hello, tls: Option<Box<TlsUp>>) {
+        let remote = p.remote;
+        let mut forming = self.forming.lock();
+        let hs = p.hs.as_mut().expect("a handshake");
+        let at = match Self::check_lane(&forming, &hello) {
+            Ok(at) => at,
+            Err(why) => {
+                drop(forming);
+                Stats::bump(&self.stats.failed);
+                log::warn!("graft-net: refusing {}@{remote}: {why}", hello.name);
+                if hs.verdict_refused(&why).is_ok() {
+                    let _ = self.seal_verdict(hs, p.sock.get(), tls);
+                    let _ = p.flush();
+                }
+                return;
+            }
+        };
+        let made = hs
+            .verdict(true)
+            .and_then(|()| self.seal_verdict(hs, p.sock.get(), tls))
+            .and_then(|up| {
+                let (session, rest) = hs.take_session();
+                let (sealer, opener, raw, plain) = match up {
+                    None => {
+                        let (s, o) = session.split();
+                        (s, o, rest, Vec::new())
+                    }
+                    Some(up) => (up.sealer, up.opener, up.raw, rest),
+                };
+                let main = &forming[at].main;
+                let group = crate::conn::Group {
+                    lanes: main.group.lanes,
+                    index: hello.lane,
+                    secret: main.group.secret.clone(),
+                };
+                let conn =
+                    self.make_conn(main.info.clone(), &hello, p.sock.get(), sealer, group)?;
+                conn.set_main(main);
+                Ok((conn, (opener, raw, plain)))
+            });
+        let (conn, opened) = match made {
+            Ok(x) => x,
+            Err(e) => {
+                Stats::bump(&self.stats.failed);
+                log::warn!(
+                    "graft-net: lane {} of {}@{remote}: {e}",
+                    hello.lane,
+                    hello.name
+                );
+                let f = forming.remove(at);
+                drop(forming);
+                return self.abandon_forming(f, e);
+            }
+        };
+        let id = conn.info.id;
+        forming[at].lanes[usize::from(hello.lane) - 1] = Some((conn.clone(), None));
+        let complete = forming[at].lanes.iter().all(|l| l.is_some());
+        if complete {
+            let main = forming[at].main.clone();
+            let lanes = forming[at].lanes.iter().flatten().map(|(c, _)| c.clone());
+            main.set_lanes(lanes.collect());
+            drop(forming);
+            // Before the last verdict leaves: the initiator sends only once
+            // it has it.
+            self.announce(&main);
+        } else {
+            drop(forming);
+        }
+        let sent = p.flush();
+        let stream = p.sock.into_inner();
+        let mut forming = self.forming.lock();
+        let Some(at) = forming.iter().position(|f| f.main.info.id == id) else {
+            return; // shut down or expired meanwhile: closed already
+        };
+        if let Err(e) = sent {
+            Stats::bump(&self.stats.failed);
+            log::warn!(
+                "graft-net: lane {} of {}@{remote}: {e}",
+                hello.lane,
+                hello.name
+            );
+            let f = forming.remove(at);
+            drop(forming);
+            return self.abandon_forming(f, e);
+        }
+        Stats::bump(&self.stats.completed);
+        let reader = Reader {
+            src: SealedReader::new(stream, opened.0, &opened.1).with_plain(opened.2),
+            dec: Decoder::new(READ_BUF, self.cfg.wire_frame_max()),
+        };
+        let slot = forming[at].lanes[usize::from(hello.lane) - 1]
+            .as_mut()
+            .expect("reserved");
+        slot.1 = Some(reader);
+        if complete {
+            let f = forming.remove(at);
+            drop(forming);
+            let readers = f.lanes.into_iter().map(|l| l.and_then(|(_, r)| r));
+            let readers: Vec<Reader> = readers.map(|r| r.expect("every lane's reader")).collect();
+            self.join_group(&f.main, f.reader, readers);
+        }
+    }
+
+    /// The verdict in the handshake's output goes in a TLS record, over
+    /// TLS (as in `commit_inbound`); hands the TLS state back.
+    fn seal_verdict(
+        &self,
+        hs: &mut Handshake,
+        stream: &TcpStream,
+        tls: Option<Box<TlsUp>>,
+    ) -> Result<Option<Box<TlsUp>>, NetError> {
+        let mut tls = tls;
+        if let Some(up) = tls.as_mut() {
+            let mut wire = Vec::new();
+            up.sealer.seal(&hs.take_output(), &mut wire)?;
+            std::io::Write::write_all(&mut &*stream, &wire)?;
+        }
+        Ok(tls)
+    }
+
+    /// Drops peers whose lanes did not come up in time.
+    fn expire_forming(&self, now: Instant) {
+        let expired: Vec<Forming> = {
+            let mut forming = self.forming.lock();
+            if forming.iter().all(|f| f.deadline > now) {
+                return;
+            }
+            let (gone, keep) = std::mem::take(&mut *forming)
+                .into_iter()
+                .partition(|f| f.deadline <= now);
+            *forming = keep;
+            gone
+        };
+        for f in expired {
+            log::warn!(
+                "graft-net: {}: its lanes did not come up within {:?}; dropped",
+                f.main.info.name,
+                self.cfg.handshake_timeout
+            );
+            self.abandon_forming(f, NetError::Timeout);
+        }
+    }
+
+    /// Closes a peer that was never announced, and its lanes.
+    fn abandon_forming(&self, f: Forming, reason: NetError) {
+        for (c, _) in f.lanes.iter().flatten() {
+            self.abandon(c, reason.clone());
+        }
+        self.abandon(&f.main, reason);
     }
 }

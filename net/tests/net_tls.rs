@@ -438,3 +438,42 @@ fn a_cookie_handshake_relayed_between_two_tls_connections_is_refused() {
     a.shutdown();
     b.shutdown();
 }
+
+#[test]
+fn four_lanes_over_tls_each_run_tls_and_keep_order() {
+    init_log();
+    let ca = ca("graft test CA");
+    let lanes = |n: &str| {
+        tls_node(n, tls(&ca, &[n], false))
+            .io(graft_net::IoMode::Poller)
+            .lanes(4)
+    };
+    let (a, _ra) = start(lanes("a"));
+    let (b, rb) = start(lanes("b"));
+    let peer = a.connect(b.local_addr()).unwrap();
+    let s = a.sender(peer.id).unwrap();
+    assert_eq!(s.lanes(), 4);
+    for i in 0..400u64 {
+        let key = i % 8;
+        let mut p = vec![0u8; if i % 97 == 5 { 200_000 } else { 16 }];
+        p[..8].copy_from_slice(&key.to_be_bytes());
+        p[8..16].copy_from_slice(&i.to_be_bytes());
+        s.send_keyed(key, FIRST_USER_KIND, p, false).unwrap();
+    }
+    rb.wait_for("all frames", |ev| count_frames(ev) == 400);
+    let mut last = std::collections::HashMap::new();
+    for (_, p) in rb.frames_from(rb.ups()[0].id) {
+        let key = u64::from_be_bytes(p[..8].try_into().unwrap());
+        let i = u64::from_be_bytes(p[8..16].try_into().unwrap());
+        if let Some(prev) = last.insert(key, i) {
+            assert!(prev < i, "key {key}: {i} after {prev}");
+        }
+    }
+    assert!(
+        s.lane_frames().iter().all(|n| *n == 100),
+        "{:?}",
+        s.lane_frames()
+    );
+    a.shutdown();
+    b.shutdown();
+}

@@ -383,7 +383,7 @@ impl Dist {
     }
 
     /// Per connected node: (name, address, counters, bytes queued,
-    /// heartbeat round trip).
+    /// heartbeat round trip, frames queued per lane).
     pub(crate) fn peer_stats(&self) -> Vec<PeerStatsRow> {
         self.peers
             .read()
@@ -395,6 +395,7 @@ impl Dist {
                     p.counters.clone(),
                     p.sender.queued_bytes(),
                     p.sender.heartbeat_rtt(),
+                    p.sender.lane_frames(),
                 )
             })
             .collect()
@@ -1283,4 +1284,5 @@ pub(crate) type PeerStatsRow = (
     std::sync::Arc<crate::observe::PeerCounters>,
     usize,
     Option<std::time::Duration>,
+    Vec<u64>,
 );

@@ -77,6 +77,7 @@ pub struct NodeConfig {
     pub(crate) discovery: Option<crate::discovery::DiscoveryConfig>,
     pub(crate) max_message_size: usize,
     pub(crate) overlay: Option<crate::overlay::OverlayConfig>,
+    pub(crate) lanes: usize,
 }
 
 impl NodeConfig {
@@ -106,6 +107,7 @@ impl NodeConfig {
             tls: None,
             max_message_size: graft_net::NetConfig::DEFAULT_MAX_MESSAGE_SIZE,
             overlay: None,
+            lanes: 1,
         }
     }
     /// The node's name, `name@host` (its [`NodeId`] is a hash of it, and it
@@ -307,6 +309,24 @@ impl NodeConfig {
     /// workers; 0 turns the hand-off off). They are started on first need.
     pub fn max_spare_workers(mut self, n: usize) -> NodeConfig {
         self.max_spare_workers = Some(n);
+        self
+    }
+    /// Connections per peer (default 1; at most 64): with `n > 1` a node
+    /// that connects opens `n - 1` extra connections to the same peer
+    /// (Partisan's parallel channels), and each process's messages and
+    /// signals travel on the lane its pid picks, so per-sender order is
+    /// kept while different processes' traffic (a bulk stream and a ping)
+    /// does not share one TCP stream. The smaller of the two nodes'
+    /// settings is used; any lane lost takes the node down. Needs the
+    /// poller transport (`GRAFT_NET_IO=threads` with `n > 1` fails at start).
+    /// See graft-net's `NetConfig::lanes`.
+    ///
+    /// ```
+    /// let cfg = graft::NodeConfig::new("127.0.0.1:0").lanes(4);
+    /// # let _ = cfg;
+    /// ```
+    pub fn lanes(mut self, n: usize) -> NodeConfig {
+        self.lanes = n;
         self
     }
     /// Bytes queued for one peer past which the connection is busy (a
@@ -936,7 +956,8 @@ impl Node {
         net = net
             .encrypt(config.encrypt)
             .max_message_size(config.max_message_size)
-            .busy_limit(config.busy_dist_limit);
+            .busy_limit(config.busy_dist_limit)
+            .lanes(config.lanes);
         if let Some(tls) = config.tls.clone() {
             net = net.tls(tls);
         }

@@ -74,6 +74,9 @@ pub struct PeerStats {
     /// The last heartbeat round trip in µs (the transport pings once a
     /// heartbeat tick and the peer echoes); `None` until the first echo.
     pub heartbeat_rtt_us: Option<u64>,
+    /// Frames queued on each connection to it, the first one first: one
+    /// entry, or one per lane with [`NodeConfig::lanes`](crate::NodeConfig::lanes).
+    pub lane_frames_out: Vec<u64>,
 }
 
 /// A node's statistics (Erlang's `statistics/1` and `erlang:system_info`
@@ -412,7 +415,7 @@ pub(crate) fn stats_of(n: &NodeShared) -> NodeStats {
         .dist
         .peer_stats()
         .into_iter()
-        .map(|(name, addr, c, queued, rtt)| PeerStats {
+        .map(|(name, addr, c, queued, rtt, lanes)| PeerStats {
             name,
             addr: addr.to_string(),
             frames_in: c.frames_in.load(Relaxed),
@@ -422,6 +425,7 @@ pub(crate) fn stats_of(n: &NodeShared) -> NodeStats {
             too_large: c.too_large.load(Relaxed),
             queued_bytes: queued as u64,
             heartbeat_rtt_us: rtt.map(|d| d.as_micros().max(1) as u64),
+            lane_frames_out: lanes,
         })
         .collect();
     NodeStats {

@@ -149,5 +149,12 @@ fn main() {
             );
         })
         .expect("bench");
+        // Which lanes the traffic took (GRAFT_BENCH_LANES): the ping and
+        // the bulk streamer are different processes, on their pids' lanes.
+        if graft_benches::lanes_wanted() > 1 {
+            for p in node.stats().peers {
+                eprintln!("frames per lane to {}: {:?}", p.name, p.lane_frames_out);
+            }
+        }
     });
 }
