@@ -163,6 +163,15 @@ impl Pending {
                 return Driven::Failed(e);
             }
             match step {
+                // A short read drained the socket: wait for the next event
+                // rather than read again only to hear `WouldBlock` (over
+                // TLS, rustls may hold more: read on).
+                Ok(Step::More) if n < buf.len() && self.tls.is_none() => {
+                    if let Err(e) = self.sock.rearm() {
+                        return Driven::Failed(e.into());
+                    }
+                    return Driven::Waiting;
+                }
                 Ok(Step::More) => {}
                 Ok(Step::Decide(h)) => return Driven::Decide(h),
                 Ok(s) => {
