@@ -8,7 +8,9 @@
 //! writes which process it runs into a word of its own (two plain stores)
 //! and bumps the process's run count (a plain load and store: one writer,
 //! the worker holding it). A sampler thread per node looks at those words
-//! every [`SAMPLE_EVERY`] and charges the time since its last look to the
+//! every [`SAMPLE_EVERY`] while a worker is awake (it sleeps while every
+//! worker does: an idle node pays no wake-up for it) and charges the time
+//! since its last look to the
 //! process each worker is running, and to that worker's busy time: run time
 //! and utilisation are sampled, as a profiler's are (a process that runs for
 //! less than a period between two looks may be charged nothing, or a whole

@@ -1,5 +1,7 @@
 //! The timer service: one thread that fires deadlines (receive timeouts,
-//! `sleep`, `send_after`) and, every tick, checks for stuck workers.
+//! `sleep`, `send_after`) and, every tick while a worker is awake, checks
+//! for stuck workers (while every worker sleeps it waits for the next
+//! deadline or a worker that wakes, `sched/idle.rs`'s `Quiet`).
 //!
 //! Timers are cancellable by id. A cancelled timer leaves a stale heap entry
 //! that is skipped when it comes up; the heap is compacted when stale entries
