@@ -45,9 +45,10 @@
 //! one is lost, the node asks `probes` (default 3) other neighbours to reach
 //! the suspect (SWIM's indirect probe); if none can within `probe_timeout`
 //! (default 1 s; at once when all have answered no), the suspect is declared
-//! down and the notice is flooded. Each node also checks one random member
-//! outside its active view every `probe_every` (default 1 s) by reaching it
-//! directly, which is how a member that no neighbour watches (the far side
+//! down and the notice is flooded (news goes out once a tick, 50 ms, one
+//! message per neighbour with all of it). Each node also checks one random member
+//! outside its active view every `probe_every` (default 1 s; scaled by
+//! `N / 32` past 32 members) by reaching it directly, which is how a member that no neighbour watches (the far side
 //! of a partition) is found out. A member declared down is disconnected
 //! wherever a connection to it is left, so every monitor and link on its
 //! processes fires with `NoConnection` on every node.
@@ -158,7 +159,9 @@ impl OverlayConfig {
         self
     }
     /// How often one random member outside the active view is checked
-    /// directly (default 1 s).
+    /// directly (default 1 s; in a cluster of N > 32 members, every
+    /// `floor(N / 32)` times that, so the cluster checks about 32 members
+    /// per interval whatever its size).
     pub fn probe_every(mut self, d: Duration) -> OverlayConfig {
         self.probe_every = d.max(Duration::from_millis(10));
         self

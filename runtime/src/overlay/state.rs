@@ -71,6 +71,9 @@ pub(super) const ASK_TIMEOUT: Duration = Duration::from_secs(2);
 /// each tick kept a new on-demand connection open every 50 ms (a dozen
 /// at once on that node).
 pub(super) const ASK_BACKOFF: Duration = Duration::from_secs(1);
+/// Cluster size up to which each node checks one member outside its active
+/// view every `probe_every`; past it the interval grows with the size.
+pub(super) const PROBE_SCALE: usize = 32;
 /// How long a connection the overlay opened for itself may stay silent.
 pub(super) const BRIEF_IDLE: Duration = Duration::from_millis(500);
 
@@ -713,7 +716,15 @@ pub(super) fn tick(
             ));
         }
     }
-    if now.duration_since(st.last_probe) >= cfg.probe_every {
+    // Every node checks one member: the cluster's checks are N per
+    // `probe_every`, each a connect, a handshake and a close. Past
+    // `PROBE_SCALE` members the interval grows with N, so the cluster
+    // checks about `PROBE_SCALE` members per `probe_every` whatever its
+    // size (at N = 256, one a second per node was 500 connections a second
+    // on the machine, most left in TIME-WAIT; at 1,000 more than the
+    // ephemeral ports allow in a minute).
+    let scale = (st.members.len() / PROBE_SCALE).max(1) as u32;
+    if now.duration_since(st.last_probe) >= cfg.probe_every * scale {
         st.last_probe = now;
         // One random member outside the active view, up or down: an
         // up one unreachable is suspected; a down one reached is
