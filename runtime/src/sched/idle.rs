@@ -149,14 +149,14 @@ impl Idle {
 ///
 /// Protocol (no lost wake-up, the same Dekker pair as [`Idle`]):
 /// * worker: [`Quiet::sleeping`] just before it parks, [`Quiet::woke`]
-///   when it returns from the park: `awake += 1` (SeqCst), then read
-///   `waiters`; if non-zero, take the lock and notify.
-/// * housekeeper: [`Quiet::wait_awake`]: under the lock, `waiters += 1`
-///   (SeqCst), then read `awake`; it waits only if that is 0, and the lock
+///   when it returns from the park: `awake += 1`, `fence(SeqCst)`, then
+///   read `waiters`; if non-zero, take the lock and notify.
+/// * housekeeper: [`Quiet::wait_awake`]: under the lock, `waiters += 1`,
+///   `fence(SeqCst)`, then read `awake`; it waits only if that is 0, and the lock
 ///   is held from that read until the wait, so a worker's notify (taken
 ///   under the same lock) comes after the wait began.
 #[derive(Debug)]
-pub(crate) struct Quiet {
+pub struct Quiet {
     /// Workers (spares serving included) not parked.
     awake: AtomicUsize,
     /// Housekeepers waiting for a worker to wake.
@@ -172,7 +172,7 @@ pub(crate) struct Quiet {
 impl Quiet {
     /// For `awake` workers, all awake (each calls [`Quiet::sleeping`]
     /// before its first park).
-    pub(crate) fn new(awake: usize) -> Quiet {
+    pub fn new(awake: usize) -> Quiet {
         Quiet {
             awake: AtomicUsize::new(awake),
             waiters: AtomicUsize::new(0),
@@ -184,7 +184,7 @@ impl Quiet {
 
     /// A worker is about to park.
     #[inline]
-    pub(crate) fn sleeping(&self) {
+    pub fn sleeping(&self) {
         self.awake.fetch_sub(1, Ordering::SeqCst);
     }
 
@@ -193,8 +193,12 @@ impl Quiet {
     /// some waited (the caller then wakes those that wait elsewhere, the
     /// timer thread).
     #[inline]
-    pub(crate) fn woke(&self) -> bool {
+    pub fn woke(&self) -> bool {
         self.awake.fetch_add(1, Ordering::SeqCst);
+        // As `Idle`'s pair: the fences order "awake += 1; read waiters"
+        // against "waiters += 1; read awake" (loom models SeqCst fences,
+        // not SeqCst accesses alone).
+        fence(Ordering::SeqCst);
         if self.waiters.load(Ordering::SeqCst) == 0 {
             return false;
         }
@@ -210,7 +214,7 @@ impl Quiet {
 
     /// Whether a worker is awake now.
     #[inline]
-    pub(crate) fn any_awake(&self) -> bool {
+    pub fn any_awake(&self) -> bool {
         self.awake.load(Ordering::SeqCst) != 0
     }
 
@@ -218,22 +222,24 @@ impl Quiet {
     /// its own lock, held from before this call until its wait); returns
     /// whether it may wait: no worker is awake. Undo with
     /// [`Quiet::unregister`] after the wait (or at once if `false`).
-    pub(crate) fn register(&self) -> bool {
+    pub fn register(&self) -> bool {
         self.waiters.fetch_add(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
         self.awake.load(Ordering::SeqCst) == 0
     }
 
     /// Undoes [`Quiet::register`].
-    pub(crate) fn unregister(&self) {
+    pub fn unregister(&self) {
         self.waiters.fetch_sub(1, Ordering::SeqCst);
     }
 
     /// Waits until a worker is awake or the node stops (at most `timeout`,
     /// if given). Returns `false` once the node stops.
-    pub(crate) fn wait_awake(&self, timeout: Option<std::time::Duration>) -> bool {
+    pub fn wait_awake(&self, timeout: Option<std::time::Duration>) -> bool {
         let deadline = timeout.map(|t| std::time::Instant::now() + t);
         let mut g = self.stopped.lock();
         self.waiters.fetch_add(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
         while !*g && self.awake.load(Ordering::SeqCst) == 0 {
             match deadline {
                 None => g = self.cv.wait(g),
@@ -252,7 +258,7 @@ impl Quiet {
 
     /// Sleeps `d`, or less if the node stops; `false` once it stops (for
     /// threads that tick whatever the workers do: discovery, the overlay).
-    pub(crate) fn nap(&self, d: std::time::Duration) -> bool {
+    pub fn nap(&self, d: std::time::Duration) -> bool {
         let deadline = std::time::Instant::now() + d;
         let mut g = self.stopped.lock();
         while !*g {
@@ -278,7 +284,7 @@ impl Quiet {
     }
 
     /// The node stops: every waiter returns.
-    pub(crate) fn stop(&self) {
+    pub fn stop(&self) {
         *self.stopped.lock() = true;
         self.cv.notify_all();
     }
