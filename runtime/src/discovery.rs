@@ -31,7 +31,7 @@ use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::str::FromStr;
 use std::sync::{Arc, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The port of a seed that names none (`"db1.internal"`, `"kv@10.0.0.7"`):
 /// graft's fixed distribution port, so that a cluster needs no port mapper.
@@ -360,15 +360,10 @@ pub(crate) fn run(node: Weak<NodeShared>, cfg: DiscoveryConfig) {
             }
             Err(e) => log::warn!("graft: discovery: {e}"),
         }
-        drop(n);
-        // Sleep in slices, so a stopping node is not held up.
-        let until = Instant::now() + cfg.interval;
-        while Instant::now() < until {
-            std::thread::sleep(Duration::from_millis(20).min(cfg.interval));
-            match node.upgrade() {
-                Some(n) if !n.stopping.load(Ordering::Relaxed) => {}
-                _ => return,
-            }
+        // One sleep, cut short when the node stops (no slices: an idle
+        // node wakes only for its next poll).
+        if !n.sched.quiet.nap(cfg.interval) {
+            return;
         }
     }
 }

@@ -183,7 +183,7 @@ pub mod clause {
 pub mod __loom {
     pub use crate::process::mailbox::Mailbox;
     pub use crate::process::state::ProcState;
-    pub use crate::sched::idle::{Idle, Parker};
+    pub use crate::sched::idle::{Idle, Parker, Quiet};
     pub use crate::sched::run_queue::Slot;
     pub use crate::sched::spare::Spare;
 }

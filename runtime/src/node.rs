@@ -1104,6 +1104,13 @@ impl Node {
         Some(o.view(&self.shared))
     }
 
+    /// The partial overlay's outbound connects (on-demand sends of its own
+    /// messages, probes): running, waiting, the most at once (bounded by
+    /// 8), dropped; `None` on the full mesh.
+    pub fn overlay_dials(&self) -> Option<crate::overlay::DialStats> {
+        Some(self.shared.dist.mon.overlay()?.dial_stats())
+    }
+
     /// Closes the connection to `node`, as `erlang:disconnect_node/1` does;
     /// `false` if it was not connected. Both nodes then see it as lost:
     /// monitors across it fire with `NoConnection`, links across it break

@@ -45,9 +45,10 @@
 //! one is lost, the node asks `probes` (default 3) other neighbours to reach
 //! the suspect (SWIM's indirect probe); if none can within `probe_timeout`
 //! (default 1 s; at once when all have answered no), the suspect is declared
-//! down and the notice is flooded. Each node also checks one random member
-//! outside its active view every `probe_every` (default 1 s) by reaching it
-//! directly, which is how a member that no neighbour watches (the far side
+//! down and the notice is flooded (news goes out once a tick, 50 ms, one
+//! message per neighbour with all of it). Each node also checks one random member
+//! outside its active view every `probe_every` (default 1 s; scaled by
+//! `N / 32` past 32 members) by reaching it directly, which is how a member that no neighbour watches (the far side
 //! of a partition) is found out. A member declared down is disconnected
 //! wherever a connection to it is left, so every monitor and link on its
 //! processes fires with `NoConnection` on every node.
@@ -158,7 +159,9 @@ impl OverlayConfig {
         self
     }
     /// How often one random member outside the active view is checked
-    /// directly (default 1 s).
+    /// directly (default 1 s; in a cluster of N > 32 members, every
+    /// `floor(N / 32)` times that, so the cluster checks about 32 members
+    /// per interval whatever its size).
     pub fn probe_every(mut self, d: Duration) -> OverlayConfig {
         self.probe_every = d.max(Duration::from_millis(10));
         self
@@ -171,11 +174,66 @@ impl OverlayConfig {
     }
 }
 
+/// Outbound connects (on-demand sends of overlay messages, probes) one
+/// node runs at once. Each runs on a blocking-pool thread (the transport's
+/// connect blocks); the rest wait their turn, one entry per target. Before
+/// this bound a node at N = 256 ran up to the pool's 256 threads of them,
+/// each blocked up to the 5 s connect timeout, and the hosts ran out of
+/// threads and ephemeral ports (docs/decisions.md, h-poll2 and h-idle).
+pub(crate) const MAX_DIALS: usize = 8;
+/// Targets that may wait for a dial; a dial past them is dropped and
+/// counted (its messages are lost, its probe is not answered: the
+/// suspect's deadline decides).
+pub(crate) const MAX_WAITING_DIALS: usize = 1024;
+
 /// The overlay state of one node (in `NetMon`).
 #[derive(Debug)]
 pub(crate) struct Overlay {
     cfg: OverlayConfig,
     st: parking_lot::Mutex<State>,
+    dials: parking_lot::Mutex<Dials>,
+}
+
+/// The overlay's outbound connects (see [`MAX_DIALS`]).
+#[derive(Debug, Default)]
+struct Dials {
+    /// Dials running now (each on a blocking-pool thread).
+    running: usize,
+    /// Most dials run at once so far.
+    peak: usize,
+    /// Targets dialled or waiting, with what waits on them.
+    targets: ahash::AHashMap<NodeId, Dial>,
+    /// Targets waiting for a slot, oldest first.
+    queue: std::collections::VecDeque<NodeId>,
+    /// Dials refused because [`MAX_WAITING_DIALS`] targets waited.
+    dropped: u64,
+    /// Dials done.
+    done: u64,
+}
+
+/// One target's dial.
+#[derive(Debug)]
+struct Dial {
+    addr: SocketAddr,
+    /// Probes that wait on it: who asked (`None`: this node) and the
+    /// suspect's name.
+    probes: Vec<(Option<NodeId>, String)>,
+}
+
+/// The overlay's outbound connects, as [`Node::overlay_dials`](crate::Node::overlay_dials)
+/// gives them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DialStats {
+    /// Running now (at most [`MAX_DIALS`], 8).
+    pub running: usize,
+    /// Waiting for a slot.
+    pub waiting: usize,
+    /// Most run at once so far.
+    pub peak: usize,
+    /// Dropped: too many targets waited.
+    pub dropped: u64,
+    /// Done.
+    pub done: u64,
 }
 
 /// A node's view of the overlay ([`Node::overlay_view`](crate::Node::overlay_view)).
@@ -211,6 +269,19 @@ impl Overlay {
                 },
                 Instant::now(),
             )),
+            dials: Default::default(),
+        }
+    }
+
+    /// The outbound connects' figures.
+    pub(crate) fn dial_stats(&self) -> DialStats {
+        let d = self.dials.lock();
+        DialStats {
+            running: d.running,
+            waiting: d.queue.len(),
+            peak: d.peak,
+            dropped: d.dropped,
+            done: d.done,
         }
     }
 
@@ -394,70 +465,145 @@ impl Overlay {
             st.connecting.insert(to, vec![msg]);
             addr
         };
-        let weak = Arc::downgrade(n);
-        n.blocking.submit(Box::new(move || {
-            let Some(n) = weak.upgrade() else { return };
-            let Some(o) = n.dist.mon.overlay() else {
-                return;
-            };
-            if !crate::netmon::partitioned(n.id, to)
-                && !n.stopping.load(crate::loom::Ordering::Relaxed)
-                && crate::node::connect_transport(&n, addr).is_ok()
-            {
-                o.note_brief(to);
-            }
-            let q = o.st.lock().connecting.remove(&to).unwrap_or_default();
-            for msg in q {
-                let _ = n.dist.send_ctl(to, &Ctl::Overlay { msg });
-            }
-        }));
+        self.dial(n, to, addr, None);
     }
 
-    /// Tries to reach `suspect`; answers `asker` (or this node).
+    /// Tries to reach `suspect`; answers `asker` (or this node). A live
+    /// connection answers at once; else a dial (bounded, see
+    /// [`MAX_DIALS`]) decides.
     fn probe(&self, n: &Arc<NodeShared>, asker: Option<NodeId>, suspect: Member) {
         let sid = NodeId::from_name(&suspect.name);
         let Ok(addr) = suspect.addr.parse::<SocketAddr>() else {
             return;
         };
-        let weak: Weak<NodeShared> = Arc::downgrade(n);
-        n.blocking.submit(Box::new(move || {
-            let Some(n) = weak.upgrade() else { return };
-            let alive = reach(&n, sid, addr);
-            let Some(o) = n.dist.mon.overlay() else {
+        if n.dist.connection(sid, None).is_some() {
+            return self.answer(n, asker, sid, suspect.name, true);
+        }
+        self.dial(n, sid, addr, Some((asker, suspect.name)));
+    }
+
+    /// Answers a probe of `sid`.
+    fn answer(
+        &self,
+        n: &Arc<NodeShared>,
+        asker: Option<NodeId>,
+        sid: NodeId,
+        name: String,
+        alive: bool,
+    ) {
+        match asker {
+            None => self.with(n, |st, cfg, out| st.probe_answer(sid, alive, cfg, out)),
+            Some(a) => self.send(
+                n,
+                a,
+                Msg::ProbeAck {
+                    suspect: name,
+                    alive,
+                },
+            ),
+        }
+    }
+
+    /// Connects to `id` at `addr` when a slot is free (at once, or after
+    /// the dials before it), then flushes the messages waiting for it
+    /// (`State::connecting`) and answers the probes of it. One dial per
+    /// target: a second one joins the first.
+    fn dial(
+        &self,
+        n: &Arc<NodeShared>,
+        id: NodeId,
+        addr: SocketAddr,
+        probe: Option<(Option<NodeId>, String)>,
+    ) {
+        let start = {
+            let mut d = self.dials.lock();
+            if let Some(t) = d.targets.get_mut(&id) {
+                t.probes.extend(probe);
                 return;
-            };
-            match asker {
-                None => o.with(&n, |st, cfg, out| st.probe_answer(sid, alive, cfg, out)),
-                Some(a) => o.send(
-                    &n,
-                    a,
-                    Msg::ProbeAck {
-                        suspect: suspect.name,
-                        alive,
-                    },
-                ),
             }
-        }));
+            if d.targets.len() >= MAX_WAITING_DIALS {
+                d.dropped += 1;
+                drop(d);
+                log::debug!(
+                    "graft: overlay: too many connects waiting; the one to {addr} is dropped"
+                );
+                self.st.lock().connecting.remove(&id);
+                return;
+            }
+            d.targets.insert(
+                id,
+                Dial {
+                    addr,
+                    probes: probe.into_iter().collect(),
+                },
+            );
+            if d.running < MAX_DIALS {
+                d.running += 1;
+                d.peak = d.peak.max(d.running);
+                true
+            } else {
+                d.queue.push_back(id);
+                false
+            }
+        };
+        if start {
+            let weak = Arc::downgrade(n);
+            n.blocking.submit(Box::new(move || run_dials(weak, id)));
+        }
+    }
+
+    /// One dial, on a blocking-pool thread; the target that takes its slot
+    /// next, if one waits.
+    fn dial_one(&self, n: &Arc<NodeShared>, id: NodeId) -> Option<NodeId> {
+        let addr = self.dials.lock().targets.get(&id).map(|t| t.addr);
+        let was = n.dist.connection(id, None).is_some();
+        if let Some(addr) = addr {
+            if !was
+                && !crate::netmon::partitioned(n.id, id)
+                && !n.stopping.load(crate::loom::Ordering::Relaxed)
+            {
+                // A refused duplicate (both nodes connecting at once) fails
+                // here while the other connection wins: what counts is a
+                // connection after it.
+                let _ = crate::node::connect_transport(n, addr);
+            }
+        }
+        let up = n.dist.connection(id, None).is_some();
+        if up && !was {
+            self.note_brief(id);
+        }
+        let probes = {
+            let mut d = self.dials.lock();
+            d.done += 1;
+            d.targets.remove(&id).map(|t| t.probes).unwrap_or_default()
+        };
+        let q = self.st.lock().connecting.remove(&id).unwrap_or_default();
+        for msg in q {
+            let _ = n.dist.send_ctl(id, &Ctl::Overlay { msg });
+        }
+        for (asker, name) in probes {
+            self.answer(n, asker, id, name, up);
+        }
+        let mut d = self.dials.lock();
+        let next = d.queue.pop_front();
+        if next.is_none() {
+            d.running -= 1;
+        }
+        next
     }
 }
 
-/// Whether node `id` at `addr` can be reached now (connected, or a new
-/// connection to it comes up).
-fn reach(n: &Arc<NodeShared>, id: NodeId, addr: SocketAddr) -> bool {
-    if n.dist.connection(id, None).is_some() {
-        return true;
+/// A dial slot's thread: dials `first`, then whatever waits, until the
+/// queue is empty (or the node is gone).
+fn run_dials(node: Weak<NodeShared>, first: NodeId) {
+    let mut next = Some(first);
+    while let Some(id) = next {
+        let Some(n) = node.upgrade() else { return };
+        let Some(o) = n.dist.mon.overlay() else {
+            return;
+        };
+        next = o.dial_one(&n, id);
     }
-    if crate::netmon::partitioned(n.id, id) || n.stopping.load(crate::loom::Ordering::Relaxed) {
-        return false;
-    }
-    // A refused duplicate (both nodes connecting at once) fails here while
-    // the other connection wins: what counts is a connection after it.
-    let _ = crate::node::connect_transport(n, addr);
-    let up = n.dist.connection(id, None).is_some();
-    if let (true, Some(o)) = (up, n.dist.mon.overlay()) {
-        o.note_brief(id);
-    }
-    up
 }
 
 /// The overlay thread: ticks until the node stops.
@@ -472,7 +618,73 @@ pub(crate) fn run(node: Weak<NodeShared>) {
         };
         let tick = o.cfg.tick;
         o.tick(&n);
-        drop(n);
-        std::thread::sleep(tick);
+        // Cut short when the node stops.
+        if !n.sched.quiet.nap(tick) {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Node, NodeConfig, Topology};
+
+    /// Probes of 40 suspects that answer slowly (a listener that never
+    /// accepts: the TCP connect completes, the handshake waits) run at most
+    /// `MAX_DIALS` at once, on at most that many blocking threads; the rest
+    /// wait and run when a slot frees; every one ends.
+    #[test]
+    fn overlay_dials_are_bounded_and_queued() {
+        let node = Node::start(NodeConfig::new("127.0.0.1:0").topology(Topology::Partial)).unwrap();
+        let n = node.shared().clone();
+        let o = n.dist.mon.overlay().unwrap();
+        let hole = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = hole.local_addr().unwrap().to_string();
+        for i in 0..40 {
+            let m = Member {
+                name: format!("slow{i}@127.0.0.1"),
+                addr: addr.clone(),
+                inc: 1,
+                up: true,
+            };
+            o.probe(&n, None, m.clone());
+            // A second probe of the same suspect joins the first dial.
+            o.probe(&n, None, m);
+        }
+        let d = o.dial_stats();
+        assert_eq!(
+            (d.running, d.waiting, d.peak),
+            (MAX_DIALS, 40 - MAX_DIALS, MAX_DIALS),
+            "{d:?}"
+        );
+        assert!(
+            n.blocking.threads() <= MAX_DIALS + 1,
+            "{} blocking threads",
+            n.blocking.threads()
+        );
+        // The suspects stop answering at all: the handshakes fail fast.
+        drop(hole);
+        let t = Instant::now();
+        while o.dial_stats().done < 40 {
+            assert!(
+                t.elapsed() < Duration::from_secs(60),
+                "{:?}",
+                o.dial_stats()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let d = o.dial_stats();
+        assert_eq!(
+            (d.running, d.waiting, d.peak, d.dropped),
+            (0, 0, MAX_DIALS, 0),
+            "{d:?}"
+        );
+        assert!(
+            n.blocking.threads() <= MAX_DIALS + 1,
+            "{} blocking threads",
+            n.blocking.threads()
+        );
+        node.shutdown();
     }
 }

@@ -49,7 +49,7 @@ use crate::loom::{AtomicBool, AtomicU64, AtomicUsize, Mutex, Ordering};
 use crate::process::Process;
 use crossbeam_deque::{Injector, Stealer};
 use crossbeam_utils::CachePadded;
-use idle::Idle;
+use idle::{Idle, Quiet};
 use run_queue::LifoSlot;
 pub(crate) use run_queue::Runnable;
 use std::collections::VecDeque;
@@ -76,6 +76,8 @@ pub(crate) struct Scheduler {
     /// Workers made at start; the slots after them are spares.
     pub(crate) primaries: usize,
     pub(crate) idle: Idle,
+    /// Whether a worker is awake, for the housekeeping threads (`idle.rs`).
+    pub(crate) quiet: Quiet,
     pub(crate) stop: AtomicBool,
 }
 
@@ -121,6 +123,7 @@ impl Scheduler {
                 .map(|_| CachePadded::new(AtomicU64::new(IDLE_BIT)))
                 .collect(),
             idle: Idle::new(n),
+            quiet: Quiet::new(primaries),
             stop: AtomicBool::new(false),
         }
     }
@@ -221,6 +224,7 @@ impl Scheduler {
     pub(crate) fn stop(&self) {
         self.stop.store(true, Ordering::SeqCst);
         self.idle.notify_all();
+        self.quiet.stop();
     }
 
     /// The monitor's check (every tick): a worker whose tick counter has not

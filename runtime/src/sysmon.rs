@@ -11,7 +11,9 @@
 //! # What it does
 //!
 //! Every sample (a quarter of `long_schedule`, twice that while every
-//! worker is idle) it reads each worker's run word and running pid (stored
+//! worker is idle; none at all once every worker has slept for 100 ms: it
+//! then sleeps until one wakes, `sched/idle.rs`'s `Quiet`) it reads each
+//! worker's run word and running pid (stored
 //! by the worker at each process switch, `sched/worker.rs`: the hot path
 //! pays one store per run for this). A worker whose run word has not moved
 //! for `long_schedule` (default 10 ms, [`NodeConfig::long_schedule`]) has
@@ -365,6 +367,8 @@ impl Sysmon {
         let mut busy: Vec<NodeId> = Vec::new();
         let mut next_dist = now;
         let mut last_sample = now;
+        // Since when every worker sleeps (the monitor then sleeps too).
+        let mut quiet_since: Option<Instant> = None;
         loop {
             let report = self
                 .subscriber
@@ -473,6 +477,41 @@ impl Sysmon {
                 self.check_dist(node, &mut busy);
             }
             last_sample = now;
+            let quiet = &sched.quiet;
+            quiet.round();
+            let calm = !quiet.any_awake()
+                && watch
+                    .iter()
+                    .all(|w| w.last & IDLE_BIT != 0 && w.spare.is_none());
+            if !calm {
+                quiet_since = None;
+                continue;
+            }
+            if now - *quiet_since.get_or_insert(now) < crate::sched::idle::LINGER {
+                continue;
+            }
+            // Every worker has slept for a while and no spare serves:
+            // nothing to watch until one wakes, but the outbound queues
+            // (senders outside processes fill them too) for a subscriber
+            // that wants `BusyDist`.
+            loop {
+                let dist = self.wants(|c| c.busy_dist).is_some();
+                let live = quiet.wait_awake(dist.then_some(Duration::from_millis(50)));
+                if !live || *self.stopped.lock() {
+                    return;
+                }
+                if quiet.any_awake() || !dist {
+                    break;
+                }
+                self.check_dist(node, &mut busy);
+            }
+            let now = Instant::now();
+            for w in &mut watch {
+                w.since = now;
+                w.after = now;
+            }
+            last_sample = now;
+            quiet_since = None;
         }
     }
 

@@ -7,8 +7,8 @@
 //!   seeds naming the first node, then the mesh's own transitive connects);
 //! - `connections_per_node_nN`, `threads_per_node_nN`, `rss_mb_per_node_nN`
 //!   (threads and RSS of the hosting processes, divided by their nodes);
-//! - `heartbeat_cpu_percent_nN`: CPU of the idle cluster over 2 s, per
-//!   node, in percent of one core;
+//! - `heartbeat_cpu_percent_nN`: CPU of the idle cluster over 2 s
+//!   (`GRAFT_CLUSTER_IDLE_S`), per node, in percent of one core;
 //! - `detect_ms_nN`: one hosting process is killed (`SIGKILL`: its sockets
 //!   are closed by the kernel), until every other node has dropped its
 //!   nodes.
@@ -129,8 +129,13 @@ fn run(n: usize) {
         .map(|h| h.expect("ready").parse::<f64>().expect("a time"))
         .fold(0.0, f64::max);
     report("cluster", &metric("formation_ms", n), "ms", ready - t0);
-    // Idle for 2 s, then each host tells what it holds.
-    std::thread::sleep(Duration::from_secs(2));
+    // Idle for 2 s (`GRAFT_CLUSTER_IDLE_S` to choose), then each host
+    // tells what it holds.
+    let idle_s = std::env::var("GRAFT_CLUSTER_IDLE_S")
+        .ok()
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or(2.0);
+    std::thread::sleep(Duration::from_secs_f64(idle_s));
     let (mut conns, mut threads, mut rss, mut cpu) = (0.0, 0.0, 0.0, 0.0);
     for h in &mut hosts {
         h.say("stats");

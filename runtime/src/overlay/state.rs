@@ -71,6 +71,9 @@ pub(super) const ASK_TIMEOUT: Duration = Duration::from_secs(2);
 /// each tick kept a new on-demand connection open every 50 ms (a dozen
 /// at once on that node).
 pub(super) const ASK_BACKOFF: Duration = Duration::from_secs(1);
+/// Cluster size up to which each node checks one member outside its active
+/// view every `probe_every`; past it the interval grows with the size.
+pub(super) const PROBE_SCALE: usize = 32;
 /// How long a connection the overlay opened for itself may stay silent.
 pub(super) const BRIEF_IDLE: Duration = Duration::from_millis(500);
 
@@ -129,6 +132,8 @@ pub(super) struct State {
     pub(super) last_probe: Instant,
     /// When a `Neighbor` request was last refused (see [`ASK_BACKOFF`]).
     pub(super) refused: Option<Instant>,
+    /// News to flood at the next tick, and the neighbour each came from.
+    pub(super) news: Vec<(Member, Option<NodeId>)>,
 }
 
 /// Side effects gathered under the lock, done after it.
@@ -168,6 +173,7 @@ impl State {
             last_sync: now,
             refused: None,
             last_probe: now,
+            news: Vec::new(),
         }
     }
 
@@ -332,18 +338,36 @@ impl State {
         true
     }
 
-    pub(super) fn flood(&self, news: Vec<Member>, except: Option<NodeId>, out: &mut Out) {
-        if news.is_empty() {
+    /// Floods `news` over the active view (but to `except`, where it came
+    /// from): gathered, and sent at the next tick as one `Gossip` per
+    /// neighbour ([`State::send_news`]). One message per piece of news
+    /// was 98 % of the overlay's messages at N = 256 (each node hears
+    /// each join, down and refutation from most of its neighbours) and
+    /// kept the hosts' I/O threads saturated; a tick's news in one
+    /// message costs at most a tick per hop.
+    pub(super) fn flood(&mut self, news: Vec<Member>, except: Option<NodeId>, _out: &mut Out) {
+        for m in news {
+            // The latest record of a member replaces an earlier one (it
+            // won the merge that made it news).
+            self.news.retain(|(k, _)| k.name != m.name);
+            self.news.push((m, except));
+        }
+    }
+
+    /// Sends the news gathered since the last tick (see [`State::flood`]).
+    pub(super) fn send_news(&mut self, out: &mut Out) {
+        if self.news.is_empty() {
             return;
         }
+        let news = std::mem::take(&mut self.news);
         for a in &self.active {
-            if Some(*a) != except {
-                out.send.push((
-                    *a,
-                    Msg::Gossip {
-                        members: news.clone(),
-                    },
-                ));
+            let members: Vec<Member> = news
+                .iter()
+                .filter(|(_, e)| *e != Some(*a))
+                .map(|(m, _)| m.clone())
+                .collect();
+            if !members.is_empty() {
+                out.send.push((*a, Msg::Gossip { members }));
             }
         }
     }
@@ -604,6 +628,7 @@ pub(super) fn tick(
     usage: &[(NodeId, u64, bool)],
 ) {
     let now = Instant::now();
+    st.send_news(out);
     let expired: Vec<NodeId> = st
         .suspects
         .iter()
@@ -691,7 +716,15 @@ pub(super) fn tick(
             ));
         }
     }
-    if now.duration_since(st.last_probe) >= cfg.probe_every {
+    // Every node checks one member: the cluster's checks are N per
+    // `probe_every`, each a connect, a handshake and a close. Past
+    // `PROBE_SCALE` members the interval grows with N, so the cluster
+    // checks about `PROBE_SCALE` members per `probe_every` whatever its
+    // size (at N = 256, one a second per node was 500 connections a second
+    // on the machine, most left in TIME-WAIT; at 1,000 more than the
+    // ephemeral ports allow in a minute).
+    let scale = (st.members.len() / PROBE_SCALE).max(1) as u32;
+    if now.duration_since(st.last_probe) >= cfg.probe_every * scale {
         st.last_probe = now;
         // One random member outside the active view, up or down: an
         // up one unreachable is suspected; a down one reached is
@@ -815,6 +848,7 @@ mod tests {
             sent_to(&out, id("j"))[..],
             [Msg::Sync { reply: false, .. }]
         ));
+        st.send_news(&mut out);
         let walks = sent_to(&out, n1);
         assert!(walks
             .iter()

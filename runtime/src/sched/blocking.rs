@@ -64,6 +64,12 @@ impl BlockingPool {
         let _ = self.tx.send(Some(job));
     }
 
+    /// Threads started.
+    #[cfg(test)]
+    pub(crate) fn threads(&self) -> usize {
+        self.threads.lock().len()
+    }
+
     /// Whether thread `id` is one of the pool's.
     pub(crate) fn owns(&self, id: std::thread::ThreadId) -> bool {
         self.threads.lock().iter().any(|t| t.thread().id() == id)

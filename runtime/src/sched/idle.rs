@@ -19,6 +19,11 @@
 
 use crate::loom::{fence, AtomicUsize, Condvar, Mutex, Ordering};
 
+/// How long every worker must have slept before a housekeeping thread stops
+/// its periodic looks (so a node that runs a little now and then does not
+/// make them sleep and wake at each run).
+pub(crate) const LINGER: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// Parks and unparks one worker thread (a token, like `std::thread::park`).
 #[derive(Debug, Default)]
 pub struct Parker {
@@ -132,5 +137,155 @@ impl Idle {
     /// How many workers sleep now.
     pub fn sleeping(&self) -> usize {
         self.sleeping.load(Ordering::Relaxed)
+    }
+}
+
+/// Whether any worker of a node is awake, for the node's housekeeping
+/// threads (the stats sampler, the system monitor, the timer's checks):
+/// they look at the workers periodically only while one is awake, and
+/// sleep until one wakes while every worker sleeps, so an idle node costs
+/// no periodic wake-up (issue 17: 1.1 % of a core per idle node was these
+/// threads' ticks).
+///
+/// Protocol (no lost wake-up, the same Dekker pair as [`Idle`]):
+/// * worker: [`Quiet::sleeping`] just before it parks, [`Quiet::woke`]
+///   when it returns from the park: `awake += 1`, `fence(SeqCst)`, then
+///   read `waiters`; if non-zero, take the lock and notify.
+/// * housekeeper: [`Quiet::wait_awake`]: under the lock, `waiters += 1`,
+///   `fence(SeqCst)`, then read `awake`; it waits only if that is 0, and the lock
+///   is held from that read until the wait, so a worker's notify (taken
+///   under the same lock) comes after the wait began.
+#[derive(Debug)]
+pub struct Quiet {
+    /// Workers (spares serving included) not parked.
+    awake: AtomicUsize,
+    /// Housekeepers waiting for a worker to wake.
+    waiters: AtomicUsize,
+    /// `true` once the node stops.
+    stopped: Mutex<bool>,
+    cv: Condvar,
+    /// Periodic rounds the housekeepers ran (for tests and figures: a flat
+    /// count over an idle second means no periodic wake-up).
+    rounds: AtomicUsize,
+}
+
+impl Quiet {
+    /// For `awake` workers, all awake (each calls [`Quiet::sleeping`]
+    /// before its first park).
+    pub fn new(awake: usize) -> Quiet {
+        Quiet {
+            awake: AtomicUsize::new(awake),
+            waiters: AtomicUsize::new(0),
+            stopped: Mutex::new(false),
+            cv: Condvar::new(),
+            rounds: AtomicUsize::new(0),
+        }
+    }
+
+    /// A worker is about to park.
+    #[inline]
+    pub fn sleeping(&self) {
+        self.awake.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// A worker is awake again (back from a park, or a spare that starts
+    /// serving); wakes every housekeeper waiting for one. Returns whether
+    /// some waited (the caller then wakes those that wait elsewhere, the
+    /// timer thread).
+    #[inline]
+    pub fn woke(&self) -> bool {
+        self.awake.fetch_add(1, Ordering::SeqCst);
+        // As `Idle`'s pair: the fences order "awake += 1; read waiters"
+        // against "waiters += 1; read awake" (loom models SeqCst fences,
+        // not SeqCst accesses alone).
+        fence(Ordering::SeqCst);
+        if self.waiters.load(Ordering::SeqCst) == 0 {
+            return false;
+        }
+        self.woke_slow();
+        true
+    }
+
+    #[cold]
+    fn woke_slow(&self) {
+        let _g = self.stopped.lock();
+        self.cv.notify_all();
+    }
+
+    /// Whether a worker is awake now.
+    #[inline]
+    pub fn any_awake(&self) -> bool {
+        self.awake.load(Ordering::SeqCst) != 0
+    }
+
+    /// Registers a housekeeper that waits elsewhere (the timer thread, on
+    /// its own lock, held from before this call until its wait); returns
+    /// whether it may wait: no worker is awake. Undo with
+    /// [`Quiet::unregister`] after the wait (or at once if `false`).
+    pub fn register(&self) -> bool {
+        self.waiters.fetch_add(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        self.awake.load(Ordering::SeqCst) == 0
+    }
+
+    /// Undoes [`Quiet::register`].
+    pub fn unregister(&self) {
+        self.waiters.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Waits until a worker is awake or the node stops (at most `timeout`,
+    /// if given). Returns `false` once the node stops.
+    pub fn wait_awake(&self, timeout: Option<std::time::Duration>) -> bool {
+        let deadline = timeout.map(|t| std::time::Instant::now() + t);
+        let mut g = self.stopped.lock();
+        self.waiters.fetch_add(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        while !*g && self.awake.load(Ordering::SeqCst) == 0 {
+            match deadline {
+                None => g = self.cv.wait(g),
+                Some(d) => {
+                    let now = std::time::Instant::now();
+                    if now >= d {
+                        break;
+                    }
+                    g = self.cv.wait_timeout(g, d - now);
+                }
+            }
+        }
+        self.waiters.fetch_sub(1, Ordering::SeqCst);
+        !*g
+    }
+
+    /// Sleeps `d`, or less if the node stops; `false` once it stops (for
+    /// threads that tick whatever the workers do: discovery, the overlay).
+    pub fn nap(&self, d: std::time::Duration) -> bool {
+        let deadline = std::time::Instant::now() + d;
+        let mut g = self.stopped.lock();
+        while !*g {
+            let now = std::time::Instant::now();
+            if now >= deadline {
+                break;
+            }
+            g = self.cv.wait_timeout(g, deadline - now);
+        }
+        !*g
+    }
+
+    /// A housekeeper ran one periodic round.
+    #[inline]
+    pub(crate) fn round(&self) {
+        self.rounds.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Periodic rounds the housekeepers ran.
+    #[cfg(test)]
+    pub(crate) fn rounds(&self) -> usize {
+        self.rounds.load(Ordering::Relaxed)
+    }
+
+    /// The node stops: every waiter returns.
+    pub fn stop(&self) {
+        *self.stopped.lock() = true;
+        self.cv.notify_all();
     }
 }

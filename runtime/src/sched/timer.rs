@@ -1,5 +1,7 @@
 //! The timer service: one thread that fires deadlines (receive timeouts,
-//! `sleep`, `send_after`) and, every tick, checks for stuck workers.
+//! `sleep`, `send_after`) and, every tick while a worker is awake, checks
+//! for stuck workers (while every worker sleeps it waits for the next
+//! deadline or a worker that wakes, `sched/idle.rs`'s `Quiet`).
 //!
 //! Timers are cancellable by id. A cancelled timer leaves a stale heap entry
 //! that is skipped when it comes up; the heap is compacted when stale entries
@@ -101,10 +103,20 @@ impl Timers {
         self.cv.notify_all();
     }
 
+    /// A worker woke while this thread slept without its checks (every
+    /// worker slept): it starts them again.
+    pub(crate) fn poke(&self) {
+        let _g = self.state.lock();
+        self.cv.notify_one();
+    }
+
     /// The timer thread's loop.
     pub(crate) fn run(&self, node: &Arc<NodeShared>) {
+        let quiet = &node.sched.quiet;
         let mut last_ticks = vec![0u64; node.sched.workers()];
         let mut next_check = Instant::now() + MONITOR_TICK;
+        // Since when every worker sleeps, as seen at the checks.
+        let mut quiet_since: Option<Instant> = None;
         let mut due = Vec::new();
         let mut s = self.state.lock();
         loop {
@@ -137,6 +149,28 @@ impl Timers {
                 continue;
             }
             if now >= next_check {
+                if quiet.any_awake() {
+                    quiet_since = None;
+                } else if now - *quiet_since.get_or_insert(now) >= super::idle::LINGER {
+                    // Every worker has slept for a while: nothing to rescue
+                    // and no held frame (a worker flushes after each run).
+                    // Sleep until a deadline, a new earlier timer, or a
+                    // worker that wakes (`poke`); the lock is held from the
+                    // register to the wait (`Quiet`'s protocol).
+                    if quiet.register() {
+                        s = match s.heap.peek().map(|Reverse((t, _))| *t) {
+                            Some(t) => self
+                                .cv
+                                .wait_timeout(s, t.saturating_duration_since(Instant::now())),
+                            None => self.cv.wait(s),
+                        };
+                    }
+                    quiet.unregister();
+                    quiet_since = None;
+                    next_check = Instant::now() + MONITOR_TICK;
+                    continue;
+                }
+                quiet.round();
                 node.sched.rescue_stuck(&mut last_ticks);
                 next_check = now + MONITOR_TICK;
                 // Frames a long-running process holds (see `dist::queue`).

@@ -141,7 +141,9 @@ impl WorkerCtx {
                     break;
                 }
                 self.serving.set(Some(i));
+                self.woke();
                 self.main_loop();
+                self.sched().quiet.sleeping();
                 self.serving.set(None);
                 self.hand_back();
                 spare.retired();
@@ -312,9 +314,21 @@ impl WorkerCtx {
             sched.idle.unregister(self.index);
             return Some(p);
         }
+        sched.quiet.sleeping();
         sched.idle.park(self.index);
+        self.woke();
         sched.idle.unregister(self.index);
         None
+    }
+
+    /// This worker is awake (back from a park, or a spare that starts
+    /// serving): the housekeeping threads that sleep while every worker
+    /// sleeps look at the workers again (`idle.rs`, `Quiet`).
+    #[inline]
+    fn woke(&self) {
+        if self.sched().quiet.woke() {
+            self.node.timers.poke();
+        }
     }
 
     /// Resumes `p` until it parks, yields or exits.
