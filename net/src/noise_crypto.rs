@@ -91,8 +91,14 @@ fn pool() -> Option<&'static Pool> {
 }
 
 impl Pool {
-    /// The refilling thread: keeps the pool full, forever.
+    /// The refilling thread: keeps the pool full, forever. It is
+    /// precomputation, so it runs only on CPU time nothing else wants
+    /// (`SCHED_IDLE`): a thread that wakes on its core (a handshake's next
+    /// step, a process) preempts it at once instead of waiting for its
+    /// turn. Starved, the pool empties and a handshake makes its key
+    /// itself, as without a pool.
     fn refill(&self) {
+        background_priority();
         loop {
             {
                 let mut keys = self.keys.lock();
@@ -114,6 +120,25 @@ impl Pool {
             self.taken.notify_one();
         }
         k
+    }
+}
+
+/// Moves the calling thread to `SCHED_IDLE` (Linux; elsewhere nothing).
+fn background_priority() {
+    #[cfg(target_os = "linux")]
+    {
+        let param = libc::sched_param { sched_priority: 0 };
+        // SAFETY: `sched_setscheduler` reads one `sched_param` through a
+        // valid pointer; pid 0 is the calling thread. Lowering one's own
+        // policy needs no privilege; a failure leaves the policy as it was.
+        #[allow(unsafe_code)]
+        let r = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
+        if r != 0 {
+            log::debug!(
+                "graft-net: the key pool thread keeps its priority: {}",
+                std::io::Error::last_os_error()
+            );
+        }
     }
 }
 
