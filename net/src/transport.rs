@@ -422,6 +422,44 @@ impl Transport {
     }
 }
 
+/// A TCP connection to `addr` within `timeout`, without Nagle's delay,
+/// its writes bounded by the same timeout (a node's first connection to a
+/// peer and its extra lanes).
+fn dial(addr: SocketAddr, timeout: Duration) -> Result<TcpStream, NetError> {
+    let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    sock.set_nodelay(true)?;
+    sock.connect_timeout(&addr.into(), timeout)
+        .map_err(|e| match e.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => NetError::Timeout,
+            _ => e.into(),
+        })?;
+    let stream = TcpStream::from(sock);
+    stream.set_write_timeout(Some(timeout))?;
+    Ok(stream)
+}
+
+/// A connecting side's record keys once its cookie handshake is done, and
+/// what was read past it: `(sealer, opener, records read ahead, plaintext
+/// read ahead)`. The cookie handshake's session keys on plain TCP; over TLS,
+/// the TLS connection's (the handshake ran inside it).
+fn record_keys(
+    tio: Option<TlsIo>,
+    session: crate::session::Session,
+    rest: Vec<u8>,
+) -> (Sealer, crate::session::Opener, Vec<u8>, Vec<u8>) {
+    match tio {
+        None => {
+            let (s, o) = session.split();
+            (s, o, rest, Vec::new())
+        }
+        Some(mut io) => {
+            let mut plain = rest;
+            plain.append(&mut io.plain);
+            (io.up.sealer, io.up.opener, io.up.raw, plain)
+        }
+    }
+}
+
 /// The error a handler's panic closes its connection with.
 fn panic_reason(p: Box<dyn std::any::Any + Send>) -> NetError {
     let what = p
@@ -1357,15 +1395,7 @@ impl Inner {
         if self.state.lock().closed {
             return Err(NetError::Shutdown);
         }
-        let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
-        sock.set_nodelay(true)?;
-        sock.connect_timeout(&addr.into(), timeout)
-            .map_err(|e| match e.kind() {
-                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => NetError::Timeout,
-                _ => e.into(),
-            })?;
-        let mut stream = TcpStream::from(sock);
-        stream.set_write_timeout(Some(timeout))?;
+        let mut stream = dial(addr, timeout)?;
         let token = self.next_id();
         self.track(token, &stream)?;
         let res = match &self.cfg.tls {
@@ -1466,17 +1496,7 @@ impl Inner {
                 .configure(stream, &hello)
                 .map_err(NetError::from)
                 .and_then(|()| {
-                    let (sealer, opener, raw, plain) = match tio.take() {
-                        None => {
-                            let (s, o) = session.split();
-                            (s, o, rest, Vec::new())
-                        }
-                        Some(mut io) => {
-                            let mut plain = rest;
-                            plain.append(&mut io.plain);
-                            (io.up.sealer, io.up.opener, io.up.raw, plain)
-                        }
-                    };
+                    let (sealer, opener, raw, plain) = record_keys(tio.take(), session, rest);
                     opened = Some((opener, raw, plain));
                     self.commit_outbound(token, &hello, stream, sealer)
                 }),
@@ -1704,15 +1724,7 @@ impl Inner {
         if timeout.is_zero() {
             return Err(NetError::Timeout);
         }
-        let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
-        sock.set_nodelay(true)?;
-        sock.connect_timeout(&addr.into(), timeout)
-            .map_err(|e| match e.kind() {
-                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => NetError::Timeout,
-                _ => e.into(),
-            })?;
-        let mut stream = TcpStream::from(sock);
-        stream.set_write_timeout(Some(timeout))?;
+        let mut stream = dial(addr, timeout)?;
         let token = self.next_id();
         self.track(token, &stream)?;
         let res = self.lane_handshake(&mut stream, main, index, deadline);
@@ -1770,17 +1782,7 @@ impl Inner {
             }
         };
         self.configure(stream, &hello)?;
-        let (sealer, opener, raw, plain) = match tio.take() {
-            None => {
-                let (s, o) = session.split();
-                (s, o, rest, Vec::new())
-            }
-            Some(mut io) => {
-                let mut plain = rest;
-                plain.append(&mut io.plain);
-                (io.up.sealer, io.up.opener, io.up.raw, plain)
-            }
-        };
+        let (sealer, opener, raw, plain) = record_keys(tio.take(), session, rest);
         let group = crate::conn::Group {
             lanes: main.group.lanes,
             index,
