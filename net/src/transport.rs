@@ -1913,7 +1913,17 @@ impl Inner {
             });
         let (conn, opened) = match made {
             Ok(x) => x,
-            Err(e) => return self.lane_failed(forming, at, &hello, remote, e),
+            Err(e) => {
+                Stats::bump(&self.stats.failed);
+                log::warn!(
+                    "graft-net: lane {} of {}@{remote}: {e}",
+                    hello.lane,
+                    hello.name
+                );
+                let f = forming.remove(at);
+                drop(forming);
+                return self.abandon_forming(f, e);
+            }
         };
         let id = conn.info.id;
         forming[at].lanes[usize::from(hello.lane) - 1] = Some((conn.clone(), None));
@@ -1936,7 +1946,15 @@ impl Inner {
             return; // shut down or expired meanwhile: closed already
         };
         if let Err(e) = sent {
-            return self.lane_failed(forming, at, &hello, remote, e);
+            Stats::bump(&self.stats.failed);
+            log::warn!(
+                "graft-net: lane {} of {}@{remote}: {e}",
+                hello.lane,
+                hello.name
+            );
+            let f = forming.remove(at);
+            drop(forming);
+            return self.abandon_forming(f, e);
         }
         Stats::bump(&self.stats.completed);
         let reader = Reader {
@@ -1997,27 +2015,6 @@ impl Inner {
     }
 
     /// Closes a peer that was never announced, and its lanes.
-    /// A lane of the forming session `at` failed: counted, logged, and the
-    /// whole session dropped (never announced).
-    fn lane_failed(
-        &self,
-        mut forming: parking_lot::MutexGuard<'_, Vec<Forming>>,
-        at: usize,
-        hello: &Hello,
-        remote: SocketAddr,
-        e: NetError,
-    ) {
-        Stats::bump(&self.stats.failed);
-        log::warn!(
-            "graft-net: lane {} of {}@{remote}: {e}",
-            hello.lane,
-            hello.name
-        );
-        let f = forming.remove(at);
-        drop(forming);
-        self.abandon_forming(f, e);
-    }
-
     fn abandon_forming(&self, f: Forming, reason: NetError) {
         for (c, _) in f.lanes.iter().flatten() {
             self.abandon(c, reason.clone());
