@@ -352,13 +352,20 @@ fn relay(
             std::thread::spawn(move || {
                 let mut buf = [0u8; 4096];
                 while let Ok(n) = cl.read(&mut buf) {
-                    if n == 0 || up.write_all(&buf[..n]).is_err() {
+                    if n == 0 {
                         break;
                     }
-                    // The handshake is the first few hundred bytes.
-                    let mut g = log3.lock().unwrap();
-                    if g[i].len() < 4096 {
-                        g[i].extend_from_slice(&buf[..n]);
+                    // The handshake is the first few hundred bytes. Logged
+                    // before it is forwarded, so that once the lane is up
+                    // the log holds all the initiator sent for it.
+                    {
+                        let mut g = log3.lock().unwrap();
+                        if g[i].len() < 4096 {
+                            g[i].extend_from_slice(&buf[..n]);
+                        }
+                    }
+                    if up.write_all(&buf[..n]).is_err() {
+                        break;
                     }
                 }
                 let _ = up.shutdown(std::net::Shutdown::Both);
