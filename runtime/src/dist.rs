@@ -504,6 +504,34 @@ impl Dist {
         true
     }
 
+    /// Closes the connection to `node` as [`disconnect`](Dist::disconnect)
+    /// does, if it is idle: nothing waits on it and its usage (frames both
+    /// ways plus bytes queued, as [`usage`](Dist::usage) sums them) is
+    /// still `count`, the figure the overlay found idle. Checked under the
+    /// table's write lock, which every send holds for reading while it
+    /// queues and counts its frame, and after a monitor, link or request
+    /// is recorded: a send or a watch that raced the idle check keeps the
+    /// connection. (Frames the other side has in flight are not covered:
+    /// see the overlay's "Known defect".) `true` if closed.
+    pub(crate) fn disconnect_idle(&self, node: NodeId, count: u64) -> bool {
+        let Some(t) = self.transport() else {
+            return false;
+        };
+        let peer = {
+            let mut peers = self.peers.write();
+            let idle = peers
+                .get(&node)
+                .is_some_and(|p| p.counters.frames() + p.sender.queued_bytes() as u64 == count);
+            if !idle || self.watched(node) {
+                return false;
+            }
+            peers.remove(&node).expect("looked up")
+        };
+        self.mon.note_down(node, peer.info.id, "closed idle".into());
+        t.disconnect(peer.info.id);
+        true
+    }
+
     /// Sends an encoded message to a remote pid (dropped if its node or its
     /// incarnation is gone, as a send to a dead process is). A message over
     /// the maximum message size is logged at `error` and counted.

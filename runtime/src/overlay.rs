@@ -436,6 +436,9 @@ impl Overlay {
         for id in out.disconnect {
             n.dist.disconnect(id);
         }
+        for (id, count) in out.close_idle {
+            n.dist.disconnect_idle(id, count);
+        }
         for (to, msg) in out.send {
             self.send(n, to, msg);
         }

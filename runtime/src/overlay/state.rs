@@ -141,6 +141,10 @@ pub(super) struct State {
 pub(super) struct Out {
     pub(super) send: Vec<(NodeId, Msg)>,
     pub(super) disconnect: Vec<NodeId>,
+    /// Idle connections to close, each with the usage count it was idle
+    /// at: closed only if that count still holds when the close is done
+    /// (see [`Dist::disconnect_idle`](crate::dist::Dist::disconnect_idle)).
+    pub(super) close_idle: Vec<(NodeId, u64)>,
     pub(super) up: Vec<(NodeId, String, SocketAddr)>,
     pub(super) down: Vec<NodeId>,
     /// (asker, suspect): reach the suspect, answer the asker.
@@ -777,7 +781,7 @@ pub(super) fn tick(
                 out.send.push((*id, Msg::Disconnect));
             }
         } else if now.duration_since(e.1) >= limit {
-            out.disconnect.push(*id);
+            out.close_idle.push((*id, *count));
             *e = (*count, now);
             st.brief.remove(id);
         }
@@ -938,6 +942,32 @@ mod tests {
         );
         assert!(ev.active.is_empty() && ev.passive.contains(&id("e")));
         assert!(out.disconnect.is_empty());
+    }
+
+    /// An idle on-demand connection is proposed for closing with the count
+    /// it was idle at (the close itself rechecks that count, see
+    /// `Dist::disconnect_idle`); a watched or busy one is not.
+    #[test]
+    fn an_idle_connection_is_closed_with_its_count_a_watched_or_busy_one_kept() {
+        let cfg = cfg();
+        let mut st = state("i");
+        let x = know(&mut st, "x");
+        // A full active view, so that x is not asked to join it.
+        let (a, b) = (know(&mut st, "a"), know(&mut st, "b"));
+        st.active = vec![a, b];
+        let long_ago = Instant::now() - std::time::Duration::from_secs(10);
+        for (count, watched, closed) in [(7, true, false), (8, false, false), (8, false, true)] {
+            if closed {
+                st.usage.insert(x, (8, long_ago));
+            } else {
+                st.usage.insert(x, (7, long_ago));
+            }
+            let mut out = Out::default();
+            tick(&mut st, &cfg, &mut out, &[(x, count, watched)]);
+            assert!(out.disconnect.is_empty());
+            let want = if closed { vec![(x, 8)] } else { vec![] };
+            assert_eq!(out.close_idle, want, "count {count}, watched {watched}");
+        }
     }
 
     #[test]
