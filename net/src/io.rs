@@ -216,7 +216,15 @@ impl IoConn {
             c.deliver(&mut r.dec, &mut self.parts, self.last_rx, handler)?;
             match r.dec.read_from(&mut r.src)? {
                 Fill::Closed => return Err(NetError::Closed),
-                Fill::Data => self.last_rx = Instant::now(),
+                Fill::Data => {
+                    self.last_rx = Instant::now();
+                    if r.src.drained() {
+                        // The socket gave all it had: the poller reports
+                        // what comes next (no read to see `WouldBlock`).
+                        c.deliver(&mut r.dec, &mut self.parts, self.last_rx, handler)?;
+                        return Ok(false);
+                    }
+                }
                 Fill::Again => {}
                 // Non-blocking: would block.
                 Fill::TimedOut => return Ok(false),

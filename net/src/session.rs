@@ -549,6 +549,9 @@ pub(crate) struct SealedReader<R> {
     /// Plaintext opened and not yet handed out, `plain[pos..]`.
     plain: Vec<u8>,
     pos: usize,
+    /// The last read of `inner` returned less than it was offered: `inner`
+    /// had no more to give then (see [`drained`](SealedReader::drained)).
+    short: bool,
 }
 
 impl<R: Read> SealedReader<R> {
@@ -566,6 +569,7 @@ impl<R: Read> SealedReader<R> {
             end: leftover.len(),
             plain: Vec::new(),
             pos: 0,
+            short: false,
         }
     }
 
@@ -576,6 +580,17 @@ impl<R: Read> SealedReader<R> {
     /// The length of the complete record at `raw[start..]`, if there is one.
     fn complete(&self) -> io::Result<Option<usize>> {
         record_len(self.opener.header(), &self.raw[self.start..self.end])
+    }
+
+    /// Whether everything `inner` had at the last read was handed out: no
+    /// plaintext and no whole record left here, and that read was short.
+    /// A non-blocking reader on a level-triggered poller may then wait for
+    /// the next readable event instead of reading again to see
+    /// `WouldBlock` (one system call per message saved): what arrives
+    /// later is reported by the poller. (A record that fails to parse is
+    /// not drained: the next read reports it.)
+    pub(crate) fn drained(&self) -> bool {
+        self.short && self.pos >= self.plain.len() && matches!(self.complete(), Ok(None))
     }
 
     /// Plaintext already opened (by the handshake) to hand out first.
@@ -642,7 +657,9 @@ impl<R: Read> Read for SealedReader<R> {
                 // Full (a long record, or dense traffic): one largest record.
                 self.raw.resize(RAW_BUF.max(self.raw.len() * 2), 0);
             }
+            let offered = self.raw.len() - self.end;
             let n = self.inner.read(&mut self.raw[self.end..])?;
+            self.short = n < offered;
             if n == 0 {
                 return if self.end == 0 {
                     Ok(0)
@@ -797,6 +814,60 @@ mod tests {
 
     /// `seal_write` puts on the wire exactly what `seal` appends, with a
     /// prefix, across record boundaries and through short writes.
+    /// `drained` holds only once all the inner reader gave is handed out
+    /// and its last read was short: a record left whole in the buffer, or
+    /// plaintext left over, or a read that filled the buffer, is not.
+    #[test]
+    fn drained_only_when_all_read_is_handed_out_and_the_read_was_short() {
+        let (s1, s2) = pair();
+        let (mut seal, _) = s1.split();
+        let (_, open) = s2.split();
+        let mut wire = Vec::new();
+        for m in [&[1u8; 100][..], &[2u8; 100][..]] {
+            seal.seal(m, &mut wire).unwrap();
+        }
+        let mut r = SealedReader::new(&wire[..], open, &[]);
+        assert!(!r.drained(), "nothing read yet");
+        // Room for one record's plaintext: the second stays whole.
+        let mut buf = [0u8; 100];
+        assert_eq!(r.read(&mut buf).unwrap(), 100);
+        assert!(!r.drained(), "a whole record is left");
+        assert_eq!(r.read(&mut buf).unwrap(), 100);
+        assert!(r.drained());
+        // Plaintext left over (a small buffer) is not drained.
+        let (s1, s2) = pair();
+        let (mut seal, _) = s1.split();
+        let (_, open) = s2.split();
+        let mut wire = Vec::new();
+        seal.seal(&[3u8; 100], &mut wire).unwrap();
+        let mut r = SealedReader::new(&wire[..], open, &[]);
+        let mut small = [0u8; 10];
+        assert_eq!(r.read(&mut small).unwrap(), 10);
+        assert!(!r.drained(), "plaintext is left");
+        let mut rest = [0u8; 90];
+        assert_eq!(r.read(&mut rest).unwrap(), 90);
+        assert!(r.drained());
+        // A read that fills the buffer is not short: a first record of
+        // exactly the first buffer's size, and another behind it.
+        let mut one = Vec::new();
+        pair().0.split().0.seal(&[5u8; 100], &mut one).unwrap();
+        let overhead = one.len() - 100;
+        let (s1, s2) = pair();
+        let (mut seal, _) = s1.split();
+        let (_, open) = s2.split();
+        let mut wire = Vec::new();
+        seal.seal(&vec![6u8; RAW_START - overhead], &mut wire)
+            .unwrap();
+        assert_eq!(wire.len(), RAW_START);
+        seal.seal(&[7u8; 100], &mut wire).unwrap();
+        let mut r = SealedReader::new(&wire[..], open, &[]);
+        let mut big = vec![0u8; 2 * RAW_START];
+        assert_eq!(r.read(&mut big).unwrap(), RAW_START - overhead);
+        assert!(!r.drained(), "a read that filled the buffer");
+        assert_eq!(r.read(&mut big).unwrap(), 100);
+        assert!(r.drained());
+    }
+
     #[test]
     fn seal_write_matches_seal() {
         struct Short(Vec<u8>, usize);
