@@ -812,8 +812,6 @@ mod tests {
         );
     }
 
-    /// `seal_write` puts on the wire exactly what `seal` appends, with a
-    /// prefix, across record boundaries and through short writes.
     /// `drained` holds only once all the inner reader gave is handed out
     /// and its last read was short: a record left whole in the buffer, or
     /// plaintext left over, or a read that filled the buffer, is not.
@@ -868,6 +866,8 @@ mod tests {
         assert!(r.drained());
     }
 
+    /// `seal_write` puts on the wire exactly what `seal` appends, with a
+    /// prefix, across record boundaries and through short writes.
     #[test]
     fn seal_write_matches_seal() {
         struct Short(Vec<u8>, usize);
