@@ -136,6 +136,10 @@ pub(crate) struct NetMon {
     overlay: OnceLock<Arc<crate::overlay::Overlay>>,
 }
 
+/// How long [`NetMon::ensure_connected`] waits for a connection the
+/// transport reports up to appear in the runtime's table.
+const PUBLISH_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
 impl NetMon {
     /// Set once at node start.
     pub(crate) fn init(&self, node: Weak<NodeShared>, mode: AutoConnect) {
@@ -331,12 +335,27 @@ impl NetMon {
         };
         let Some(addr) = addr else { return false };
         let n2 = n.clone();
-        let r = if context::process().is_some() {
-            crate::api::blocking(move || crate::node::connect_transport(&n2, addr))
-        } else {
-            crate::node::connect_transport(&n2, addr)
+        let connect = move || {
+            crate::node::connect_transport(&n2, addr)?;
+            // The transport may hand back a connection that the runtime
+            // has not published yet (the other node's, opened at the same
+            // moment, announced by its I/O thread): wait for it, bounded.
+            let until = std::time::Instant::now() + PUBLISH_WAIT;
+            while n2.dist.connection(node, None).is_none() && std::time::Instant::now() < until {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            Ok::<(), crate::Error>(())
         };
-        r.is_ok() && n.dist.connection(node, None).is_some()
+        let r = if context::process().is_some() {
+            crate::api::blocking(connect)
+        } else {
+            connect()
+        };
+        let up = n.dist.connection(node, None).is_some();
+        if !up {
+            log::debug!("graft: no connection to {node} for a watch at {addr}: {r:?}");
+        }
+        up
     }
 
     /// Remembers a node's name and address (from [`connect_name`]).

@@ -132,7 +132,7 @@ fn sixty_four_nodes_form_one_cluster_with_few_connections() {
     // `noconnection` would: the other side may close an idle connection
     // while this side's first frames on it are in flight (the overlay's
     // "Known defect"; the loss is told, never silent). Resends are bounded
-    // and counted.
+    // (five, backing off from 50 ms) and counted.
     let (tx, rx) = std::sync::mpsc::channel::<(usize, usize)>();
     let resends = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let sinks: Vec<Pid> = nodes.iter().map(|x| sink(x, tx.clone())).collect();
@@ -157,8 +157,11 @@ fn sixty_four_nodes_form_one_cluster_with_few_connections() {
                     let Some((j, p, tries)) = watch.remove(&d.monitor) else {
                         continue;
                     };
-                    if d.reason == ExitReason::NoConnection && tries < 3 {
+                    if d.reason == ExitReason::NoConnection && tries < 5 {
                         resends.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        // A connection just closed may take a moment to
+                        // go on both sides: back off before connecting.
+                        sleep(Duration::from_millis(50 << tries));
                         watch.insert(monitor(p), (j, p, tries + 1));
                         send(p, (i, j));
                     }
@@ -169,7 +172,16 @@ fn sixty_four_nodes_form_one_cluster_with_few_connections() {
     let mut got = std::collections::HashSet::new();
     while got.len() < sent {
         let Ok(m) = rx.recv_timeout(Duration::from_secs(60)) else {
-            panic!("{} of {sent} messages arrived", got.len());
+            let missing: Vec<String> = (0..n)
+                .step_by(5)
+                .flat_map(|i| (0..n).step_by(7).map(move |j| (i, j)))
+                .filter(|(i, j)| i != j && !got.contains(&(*i, *j)))
+                .map(|(i, j)| format!("{} -> {}", nodes[i].name(), nodes[j].name()))
+                .collect();
+            panic!(
+                "{} of {sent} messages arrived; missing {missing:?}",
+                got.len()
+            );
         };
         got.insert(m);
     }
