@@ -131,7 +131,7 @@ fn sixty_four_nodes_form_one_cluster_with_few_connections() {
     // monitor fires `NoConnection` sends again, as an Erlang sender told
     // `noconnection` would: the other side may close an idle connection
     // while this side's first frames on it are in flight (the overlay's
-    // "Known defect"; the loss is told, never silent). Resends are bounded
+    // "Known defect"; the monitor is told). Resends are bounded
     // (five, backing off from 50 ms) and counted.
     let (tx, rx) = std::sync::mpsc::channel::<(usize, usize)>();
     let resends = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
