@@ -277,6 +277,12 @@ struct Peer {
 }
 
 impl Peer {
+    /// Frames carried both ways plus bytes queued: what changes while the
+    /// connection is used (the overlay's idle check).
+    fn usage(&self) -> u64 {
+        self.counters.frames() + self.sender.queued_bytes() as u64
+    }
+
     /// Queues a frame for this peer (see [`queue`]) and counts it: sent,
     /// or refused as too large.
     fn queue_counted(
@@ -403,11 +409,8 @@ impl Dist {
 
     /// Frames carried and bytes queued on the connection to `node` (the
     /// overlay's idle check).
-    pub(crate) fn usage(&self, node: NodeId) -> (u64, usize) {
-        self.peers
-            .read()
-            .get(&node)
-            .map_or((0, 0), |p| (p.counters.frames(), p.sender.queued_bytes()))
+    pub(crate) fn usage(&self, node: NodeId) -> u64 {
+        self.peers.read().get(&node).map_or(0, Peer::usage)
     }
 
     /// Whether a monitor, link or request waits on `node`.
@@ -491,43 +494,39 @@ impl Dist {
     ///
     /// [`Node::connect`]: crate::Node::connect
     pub(crate) fn disconnect(&self, node: NodeId) -> bool {
-        let Some(t) = self.transport() else {
-            return false;
-        };
-        // Out of `nodes()` at once; the loss itself completes on the node
-        // loop, as any other (`node_lost`).
-        let Some(peer) = self.peers.write().remove(&node) else {
-            return false;
-        };
-        self.mon.note_down(node, peer.info.id, "disconnect".into());
-        t.disconnect(peer.info.id);
-        true
+        self.close_if(node, "disconnect", |_| true)
     }
 
     /// Closes the connection to `node` as [`disconnect`](Dist::disconnect)
-    /// does, if it is idle: nothing waits on it and its usage (frames both
-    /// ways plus bytes queued, as [`usage`](Dist::usage) sums them) is
-    /// still `count`, the figure the overlay found idle. Checked under the
+    /// does, if it is idle: nothing waits on it and its usage is still
+    /// `count`, the figure the overlay found idle. Checked under the
     /// table's write lock, which every send holds for reading while it
     /// queues and counts its frame, and after a monitor, link or request
     /// is recorded: a send or a watch that raced the idle check keeps the
     /// connection. (Frames the other side has in flight are not covered:
     /// see the overlay's "Known defect".) `true` if closed.
     pub(crate) fn disconnect_idle(&self, node: NodeId, count: u64) -> bool {
+        self.close_if(node, "closed idle", |p| {
+            p.usage() == count && !self.watched(node)
+        })
+    }
+
+    /// Takes the connection to `node` out of the table if `cond` holds
+    /// for it (under the table's write lock) and closes it.
+    fn close_if(&self, node: NodeId, reason: &str, cond: impl FnOnce(&Peer) -> bool) -> bool {
         let Some(t) = self.transport() else {
             return false;
         };
+        // Out of `nodes()` at once; the loss itself completes on the node
+        // loop, as any other (`node_lost`).
         let peer = {
             let mut peers = self.peers.write();
-            let idle = peers
-                .get(&node)
-                .is_some_and(|p| p.counters.frames() + p.sender.queued_bytes() as u64 == count);
-            if !idle || self.watched(node) {
+            if !peers.get(&node).is_some_and(cond) {
                 return false;
             }
             peers.remove(&node).expect("looked up")
         };
-        self.mon.note_down(node, peer.info.id, "closed idle".into());
+        self.mon.note_down(node, peer.info.id, reason.into());
         t.disconnect(peer.info.id);
         true
     }
@@ -1314,3 +1313,47 @@ pub(crate) type PeerStatsRow = (
     Option<std::time::Duration>,
     Vec<u64>,
 );
+
+#[cfg(test)]
+mod tests {
+    use crate::{Node, NodeConfig};
+    use std::time::{Duration, Instant};
+
+    /// The idle close keeps a connection whose usage moved since it was
+    /// found idle, or on which a monitor waits, and closes it otherwise.
+    #[test]
+    fn disconnect_idle_closes_only_at_the_count_it_was_found_idle_and_unwatched() {
+        let cfg = || NodeConfig::new("127.0.0.1:0").default_logger(false);
+        let (a, b) = (Node::start(cfg()).unwrap(), Node::start(cfg()).unwrap());
+        let bid = a.connect(b.addr()).unwrap();
+        let d = &a.shared().dist;
+        let target = b.spawn(|| crate::sleep(Duration::from_secs(30))).unwrap();
+        let count = d.usage(bid);
+        assert!(!d.disconnect_idle(bid, count + 1), "usage moved");
+        // A monitor waits on it: kept even at the right count.
+        // A watcher that takes its monitor back after a while.
+        a.spawn(move || {
+            let r = crate::monitor(target);
+            crate::sleep(Duration::from_millis(300));
+            crate::demonitor(r);
+            crate::sleep(Duration::from_secs(30));
+        })
+        .unwrap();
+        let t = Instant::now();
+        while !d.watched(bid) {
+            assert!(t.elapsed() < Duration::from_secs(10), "monitor recorded");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(!d.disconnect_idle(bid, d.usage(bid)), "watched");
+        assert!(a.nodes().contains(&bid));
+        let t = Instant::now();
+        while d.watched(bid) {
+            assert!(t.elapsed() < Duration::from_secs(10), "monitor gone");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(d.disconnect_idle(bid, d.usage(bid)));
+        assert!(!a.nodes().contains(&bid));
+        a.shutdown();
+        b.shutdown();
+    }
+}

@@ -423,10 +423,7 @@ impl Overlay {
             .dist
             .nodes()
             .into_iter()
-            .map(|id| {
-                let (frames, queued) = n.dist.usage(id);
-                (id, frames + queued as u64, n.dist.watched(id))
-            })
+            .map(|id| (id, n.dist.usage(id), n.dist.watched(id)))
             .collect();
         self.with(n, |st, cfg, out| state::tick(st, cfg, out, &usage));
     }
