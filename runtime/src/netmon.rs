@@ -136,10 +136,6 @@ pub(crate) struct NetMon {
     overlay: OnceLock<Arc<crate::overlay::Overlay>>,
 }
 
-/// How long [`NetMon::ensure_connected`] waits for a connection the
-/// transport reports up to appear in the runtime's table.
-const PUBLISH_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
-
 impl NetMon {
     /// Set once at node start.
     pub(crate) fn init(&self, node: Weak<NodeShared>, mode: AutoConnect) {
@@ -335,21 +331,10 @@ impl NetMon {
         };
         let Some(addr) = addr else { return false };
         let n2 = n.clone();
-        let connect = move || {
-            crate::node::connect_transport(&n2, addr)?;
-            // The transport may hand back a connection that the runtime
-            // has not published yet (the other node's, opened at the same
-            // moment, announced by its I/O thread): wait for it, bounded.
-            let until = std::time::Instant::now() + PUBLISH_WAIT;
-            while n2.dist.connection(node, None).is_none() && std::time::Instant::now() < until {
-                std::thread::sleep(std::time::Duration::from_millis(1));
-            }
-            Ok::<(), crate::Error>(())
-        };
         let r = if context::process().is_some() {
-            crate::api::blocking(connect)
+            crate::api::blocking(move || crate::node::connect_transport(&n2, addr))
         } else {
-            connect()
+            crate::node::connect_transport(&n2, addr)
         };
         let up = n.dist.connection(node, None).is_some();
         if !up {

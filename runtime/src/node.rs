@@ -1394,8 +1394,23 @@ pub(crate) fn connect_transport(node: &NodeShared, addr: SocketAddr) -> Result<N
         return Ok(node.id);
     }
     let info = t.connect(addr).map_err(|e| Error::Remote(e.to_string()))?;
-    Ok(NodeId::from_name(&info.name))
+    let id = NodeId::from_name(&info.name);
+    // The connection may be the other node's, opened at the same moment
+    // and announced (`peer_up`) by its I/O thread after `connect` returned:
+    // wait, bounded, until the runtime has published it, so that what the
+    // caller does next (flush held frames, record a watch) finds it.
+    let until = std::time::Instant::now() + PUBLISH_WAIT;
+    while node.dist.connection(id, Some(info.creation)).is_none()
+        && std::time::Instant::now() < until
+    {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    Ok(id)
 }
+
+/// How long [`connect_transport`] waits for a connection the transport
+/// reports up to appear in the runtime's table.
+const PUBLISH_WAIT: Duration = Duration::from_secs(1);
 
 /// The name of a node started without one: `graft@<ip>:<port>` when the
 /// listen address has a fixed port (the same name, so the same [`NodeId`],
