@@ -1356,4 +1356,73 @@ mod tests {
         a.shutdown();
         b.shutdown();
     }
+
+    /// Waits (bounded) until `f` holds.
+    fn eventually(what: &str, f: impl Fn() -> bool) {
+        let t = Instant::now();
+        while !f() {
+            assert!(t.elapsed() < Duration::from_secs(10), "{what}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// A process's monitors end with it (Erlang): a watcher that ends
+    /// without `demonitor` leaves no record on either node, for a plain
+    /// monitor and for a request killed while it waits for the answer;
+    /// the connection is then idle again. A target that dies at the same
+    /// moment as its watcher leaves nothing either.
+    #[test]
+    fn a_watchers_monitors_end_with_it_on_both_nodes() {
+        let cfg = || NodeConfig::new("127.0.0.1:0").default_logger(false);
+        let (a, b) = (Node::start(cfg()).unwrap(), Node::start(cfg()).unwrap());
+        let bid = a.connect(b.addr()).unwrap();
+        let (da, db) = (&a.shared().dist, &b.shared().dist);
+        let aid = a.id();
+        let target = b.spawn(|| crate::sleep(Duration::from_secs(30))).unwrap();
+        let both_idle = || !da.watched(bid) && !db.watched(aid);
+
+        // A plain monitor, its holder ends normally.
+        let w = a
+            .spawn(move || {
+                crate::monitor(target);
+                crate::sleep(Duration::from_millis(200));
+            })
+            .unwrap();
+        eventually("monitor recorded on both nodes", || {
+            da.watched(bid) && db.watched(aid)
+        });
+        eventually("the watcher's monitor gone with it", both_idle);
+        assert!(a.shared().local_process(w).is_none());
+
+        // A request that never gets its answer, its caller killed.
+        let caller = a
+            .spawn(move || {
+                let _ = crate::request::<crate::Alias, u32>(
+                    target,
+                    |a| a,
+                    Some(Duration::from_secs(30)),
+                );
+            })
+            .unwrap();
+        eventually("the request's monitor recorded", || {
+            da.watched(bid) && db.watched(aid)
+        });
+        a.run(move || crate::exit(caller, crate::ExitReason::Kill))
+            .unwrap();
+        eventually("the killed caller's monitor gone", both_idle);
+
+        // Watchers and targets ending together: no record, no panic.
+        for _ in 0..20 {
+            let t = b.spawn(|| crate::sleep(Duration::from_millis(50))).unwrap();
+            a.spawn(move || {
+                crate::monitor(t);
+                crate::sleep(Duration::from_millis(50));
+            })
+            .unwrap();
+        }
+        eventually("racing ends leave nothing", both_idle);
+        assert!(da.disconnect_idle(bid, da.usage(bid)), "idle again");
+        a.shutdown();
+        b.shutdown();
+    }
 }

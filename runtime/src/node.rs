@@ -658,6 +658,19 @@ impl NodeShared {
         });
     }
 
+    /// Cancels monitors a process held as it ends, as `demonitor` would
+    /// (a name monitor's placeholder target is remote, or local and never
+    /// recorded: `unwatch` finds nothing).
+    fn cancel_monitors(&self, held: crate::process::LazyVec<(crate::pid::MonitorRef, Pid)>) {
+        for (r, target) in held {
+            if self.is_local(target) {
+                self.unwatch(target, r);
+            } else {
+                self.dist.demonitor(target, r);
+            }
+        }
+    }
+
     /// Removes `other` from the links of local process `pid`.
     pub(crate) fn unlink_local(&self, pid: Pid, other: Pid) {
         self.with_live_meta(pid, |m| m.links.retain(|p| *p != other));
@@ -730,7 +743,12 @@ impl NodeShared {
             unread,
         );
         local.last_target = None;
-        local.monitors = Default::default();
+        // The monitors it held end with it (Erlang): the other half of each
+        // (the target's watcher entry, or a remote record and its frame)
+        // would otherwise outlive the watcher, a leak in a long-lived
+        // server and a connection that never idles.
+        let held = std::mem::take(&mut local.monitors);
+        self.cancel_monitors(held);
         if !reason.is_normal() {
             log::debug!("graft: process {} exited: {reason}", p.pid);
         }

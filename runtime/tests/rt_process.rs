@@ -49,6 +49,45 @@ rt_test! {
         assert_eq!(extra, None, "one notice per monitor left");
     }
 
+    // A process's monitors end with it: a long-lived server watched by
+    // 1,000 short-lived processes (half of them killed) is left with no
+    // watcher entry once they are gone (no growth until the server ends).
+    fn monitors_end_with_the_process_that_holds_them() {
+        let server = spawn(|| {
+            expect::<()>();
+        });
+        let me = self_pid();
+        let watchers: Vec<Pid> = (0..1000)
+            .map(|i| {
+                spawn(move || {
+                    monitor(server);
+                    send(me, ());
+                    if i % 2 == 0 {
+                        expect::<()>();
+                    }
+                })
+            })
+            .collect();
+        for _ in 0..1000 {
+            expect::<()>();
+        }
+        for w in watchers.iter().step_by(2) {
+            exit(*w, ExitReason::Kill);
+        }
+        let t = std::time::Instant::now();
+        while watchers.iter().any(|w| is_alive(*w)) {
+            assert!(t.elapsed() < Duration::from_secs(10), "watchers ended");
+            sleep(Duration::from_millis(5));
+        }
+        let info = process_info(server).unwrap();
+        assert!(info.monitored_by.is_empty(), "{} left", info.monitored_by.len());
+        // Its own monitor still works.
+        let r = monitor(server);
+        send(server, ());
+        let d: ProcessDied = expect();
+        assert_eq!(d.monitor, r);
+    }
+
     fn kill_ends_a_process_parked_in_receive() {
         let child = spawn(|| {
             expect::<u64>();
