@@ -352,6 +352,11 @@ pub(crate) struct Guard {
 }
 
 impl Guard {
+    /// One past the stack's highest byte (where its first frame begins).
+    pub(crate) fn top(&self) -> usize {
+        self.lo + self.len as usize + self.size as usize
+    }
+
     /// Whether a fault at `addr` hit these guard pages.
     pub(crate) fn contains(&self, addr: usize) -> bool {
         (self.lo..self.lo + self.len as usize).contains(&addr)

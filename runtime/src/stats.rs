@@ -302,7 +302,7 @@ fn page_size() -> usize {
 /// The stack bytes in use by `p` now: from its top to where its stack
 /// pointer was when it last suspended (0 if it never ran).
 pub(crate) fn stack_in_use(p: &Process) -> usize {
-    let top = p.guard.lo + p.guard.len as usize + p.guard.size as usize;
+    let top = p.guard.top();
     let sp = p.parked_sp();
     if sp == 0 || sp > top {
         return 0;
@@ -314,7 +314,7 @@ pub(crate) fn stack_in_use(p: &Process) -> usize {
 pub(crate) fn own_stack_in_use(p: &Process) -> usize {
     let here = 0u8;
     let sp = std::ptr::addr_of!(here) as usize;
-    let top = p.guard.lo + p.guard.len as usize + p.guard.size as usize;
+    let top = p.guard.top();
     top.saturating_sub(sp).min(p.guard.size as usize)
 }
 
