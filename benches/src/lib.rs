@@ -1,5 +1,8 @@
 //! Shared helpers for the benchmark bins.
 
+mod placement;
+pub use placement::core_to_core_ns;
+
 /// Prints one figure as a JSON line in the shape of the Erlang anchors.
 ///
 /// ```

@@ -8,7 +8,9 @@
 //! call's latency, and the fewest and most calls one caller made.
 //!
 //! `GROWTH_CALLERS=1000` (a comma list) runs only those C; two workers, as
-//! the anchor's `+S 2`.
+//! the anchor's `+S 2`. First prints `machine.core_to_core_ns`, the cost of
+//! a cache line's round trip between the two CPUs the workers run on: the
+//! figures at C = 1,000 move with it (see `graft_benches::core_to_core_ns`).
 use graft_otp::prelude::*;
 use std::time::{Duration, Instant};
 
@@ -98,6 +100,9 @@ fn study(c: usize) -> Vec<(String, f64)> {
 
 fn main() {
     env_logger::init();
+    if let Some(ns) = graft_benches::core_to_core_ns() {
+        graft_benches::report("machine", "core_to_core_ns", "ns", ns);
+    }
     let cs: Vec<usize> = std::env::var("GROWTH_CALLERS")
         .ok()
         .map(|s| s.split(',').filter_map(|x| x.trim().parse().ok()).collect())
