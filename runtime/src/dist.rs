@@ -99,6 +99,25 @@ pub(crate) fn queue(
     }
 }
 
+/// The calling worker's frame buffer, empty (a new one off a worker). It is
+/// taken, not borrowed: the send may suspend the process (a busy
+/// connection), which may then resume on another worker.
+fn take_frame_buf() -> Vec<u8> {
+    let mut b = crate::context::worker().map_or_else(Vec::new, |w| w.frame_buf.take());
+    b.clear();
+    b
+}
+
+/// Gives a frame buffer to the calling worker to reuse, if it is small (a
+/// frame of `BIG_FRAME` or more is handed to the transport instead).
+fn put_frame_buf(b: Vec<u8>) {
+    if b.capacity() <= BIG_FRAME {
+        if let Some(w) = crate::context::worker() {
+            w.frame_buf.set(b);
+        }
+    }
+}
+
 /// The order key of frames sent now: the running process (frames of one
 /// process keep their order, see graft-net's `send_keyed`), else 0.
 #[inline]
@@ -555,9 +574,46 @@ impl Dist {
             frame.extend_from_slice(&to.serial().to_le_bytes());
             frame.extend_from_slice(&desc.to_le_bytes());
             frame.extend_from_slice(bytes);
-            frame
+            Cow::Owned(frame)
         };
         self.try_send_to_pid(to, KIND_DELIVER, DELIVER_HEADER + bytes.len(), make)
+    }
+
+    /// Sends `msg` to the remote pid `to` (dropped as in
+    /// [`deliver_encoded`](Dist::deliver_encoded)), encoded straight after
+    /// the deliver header into the calling worker's frame buffer: no
+    /// allocation and no copy per message (graft-net copies a small frame
+    /// into its outbox; a large one is handed over whole).
+    ///
+    /// # Errors
+    ///
+    /// `Error::NotMobile` for a local-only message, `Error::MessageTooLarge`
+    /// over the maximum message size.
+    pub(crate) fn try_send_message<M: crate::Message>(
+        &self,
+        to: Pid,
+        msg: &M,
+    ) -> Result<(), Error> {
+        let mut frame = take_frame_buf();
+        frame.extend_from_slice(&to.node().0.to_le_bytes());
+        frame.extend_from_slice(&to.creation().to_le_bytes());
+        frame.extend_from_slice(&to.serial().to_le_bytes());
+        frame.extend_from_slice(&[0; 8]); // the descriptor, once known
+        let desc = match msg.encode_remote_into(&mut frame) {
+            Ok(d) => d,
+            Err(e) => {
+                put_frame_buf(frame);
+                return Err(e);
+            }
+        };
+        frame[DELIVER_HEADER - 8..DELIVER_HEADER].copy_from_slice(&desc.to_le_bytes());
+        let size = frame.len();
+        if size >= BIG_FRAME {
+            return self.try_send_to_pid(to, KIND_DELIVER, size, || Cow::Owned(frame));
+        }
+        let r = self.try_send_to_pid(to, KIND_DELIVER, size, || Cow::Borrowed(&frame[..]));
+        put_frame_buf(frame);
+        r
     }
 
     /// Queues the frame `make` builds for the node of `to`, if connected to
@@ -565,7 +621,7 @@ impl Dist {
     /// auto-connect (see `netmon.rs`), which may hold it until connected.
     /// A frame over the maximum message size is logged and counted.
     pub(crate) fn send_to_pid_node(&self, to: Pid, kind: u8, make: impl FnOnce() -> Vec<u8>) {
-        if let Err(e) = self.try_send_to_pid(to, kind, 0, make) {
+        if let Err(e) = self.try_send_to_pid(to, kind, 0, || Cow::Owned(make())) {
             log::error!("graft: frame for {to} dropped: {e}");
         }
     }
@@ -573,12 +629,12 @@ impl Dist {
     /// As [`send_to_pid_node`](Dist::send_to_pid_node), returning a message
     /// over the maximum size as an error. The caller waits first while the
     /// connection is busy (see [`wait_not_busy`]).
-    fn try_send_to_pid(
+    fn try_send_to_pid<'a>(
         &self,
         to: Pid,
         kind: u8,
         size: usize,
-        make: impl FnOnce() -> Vec<u8>,
+        make: impl FnOnce() -> Cow<'a, [u8]>,
     ) -> Result<(), Error> {
         let key = order_key();
         let mut waited = false;
@@ -599,12 +655,12 @@ impl Dist {
                 waited = true;
                 continue;
             }
-            return match peer.queue_counted(to.node(), key, kind, Cow::Owned(make())) {
+            return match peer.queue_counted(to.node(), key, kind, make()) {
                 Err(e @ Error::MessageTooLarge { .. }) => Err(e),
                 _ => Ok(()), // going down: dropped, as to a dead process
             };
         }
-        self.mon.undeliverable(self, to, kind, make());
+        self.mon.undeliverable(self, to, kind, make().into_owned());
         Ok(())
     }
 

@@ -222,8 +222,16 @@ pub fn encode<T: Mobile>(v: &T) -> Vec<u8> {
 
 /// Encodes `v` in the binary form with `opts` (compression).
 pub fn encode_with<T: Mobile>(v: &T, opts: &EncodeOptions) -> Vec<u8> {
-    let desc = descriptor_of::<T>();
     let mut out = Vec::with_capacity(64);
+    encode_append(v, opts, &mut out);
+    out
+}
+
+/// [`encode_with`], appending to `out` (a remote send encodes after a
+/// frame header, into a buffer its worker reuses); returns the descriptor
+/// hash.
+pub(crate) fn encode_append<T: Mobile>(v: &T, opts: &EncodeOptions, out: &mut Vec<u8>) -> u64 {
+    let desc = descriptor_of::<T>();
     out.extend_from_slice(MAGIC);
     out.push(VERSION);
     let flags_at = out.len();
@@ -231,10 +239,10 @@ pub fn encode_with<T: Mobile>(v: &T, opts: &EncodeOptions) -> Vec<u8> {
     out.extend_from_slice(&desc.hash().to_le_bytes());
     let name = desc.name();
     let name = &name[..floor_char_boundary(name, MAX_NAME)];
-    wire::put_varint(&mut out, name.len() as u64);
+    wire::put_varint(out, name.len() as u64);
     out.extend_from_slice(name.as_bytes());
     let body_at = out.len();
-    encode_body::<T, Binary>(v, &mut out);
+    encode_body::<T, Binary>(v, out);
     let body_len = out.len() - body_at;
     if let Some(limit) = opts.compress_above {
         if body_len > limit {
@@ -247,7 +255,7 @@ pub fn encode_with<T: Mobile>(v: &T, opts: &EncodeOptions) -> Vec<u8> {
                 Ok(c) if c.len() < body_len => {
                     out.truncate(body_at);
                     out[flags_at] |= FLAG_DEFLATE;
-                    wire::put_varint(&mut out, body_len as u64);
+                    wire::put_varint(out, body_len as u64);
                     out.extend_from_slice(&c);
                 }
                 Ok(_) => {}
@@ -255,7 +263,7 @@ pub fn encode_with<T: Mobile>(v: &T, opts: &EncodeOptions) -> Vec<u8> {
             }
         }
     }
-    out
+    desc.hash()
 }
 
 fn floor_char_boundary(s: &str, max: usize) -> usize {
@@ -295,17 +303,22 @@ fn header(bytes: &[u8]) -> Result<Header<'_>, DecodeError> {
     if flags & !FLAG_DEFLATE != 0 {
         return Err(DecodeError::BadHeader(format!("unknown flags {flags:#x}")));
     }
-    let hash = bytes
-        .get(5..13)
-        .map(<u64 as Scalar>::get)
-        .ok_or(DecodeError::Truncated)?;
+    // `let … else`, not `ok_or(DecodeError::Truncated)`: that builds and
+    // drops an error for every message that decodes.
+    let Some(hash) = bytes.get(5..13).map(<u64 as Scalar>::get) else {
+        return Err(DecodeError::Truncated);
+    };
     let mut pos = 13;
-    let n = wire::get_varint(bytes, &mut pos).ok_or(DecodeError::Truncated)?;
+    let Some(n) = wire::get_varint(bytes, &mut pos) else {
+        return Err(DecodeError::Truncated);
+    };
     if n > MAX_NAME as u64 {
         return Err(DecodeError::BadHeader("type name too long".into()));
     }
     let end = pos + n as usize;
-    let name = bytes.get(pos..end).ok_or(DecodeError::Truncated)?;
+    let Some(name) = bytes.get(pos..end) else {
+        return Err(DecodeError::Truncated);
+    };
     let name = std::str::from_utf8(name)
         .map_err(|_| DecodeError::BadHeader("type name is not UTF-8".into()))?;
     Ok(Header {

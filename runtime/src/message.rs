@@ -53,6 +53,16 @@ pub trait Message: Send + 'static {
     /// Encodes for another node: `(descriptor hash, bytes)`.
     #[doc(hidden)]
     fn encode_remote(&self) -> Result<(u64, Vec<u8>), Error> {
+        let mut out = Vec::with_capacity(64);
+        let desc = self.encode_remote_into(&mut out)?;
+        Ok((desc, out))
+    }
+
+    /// Encodes for another node, appending to `out`; returns the descriptor
+    /// hash.
+    #[doc(hidden)]
+    fn encode_remote_into(&self, out: &mut Vec<u8>) -> Result<u64, Error> {
+        let _ = out;
         Err(Error::NotMobile(std::any::type_name::<Self>()))
     }
 
@@ -77,8 +87,12 @@ impl<T: Mobile> Message for T {
     fn full_descriptor() -> Option<&'static graph::Descriptor> {
         Some(graph::descriptor_of::<T>())
     }
-    fn encode_remote(&self) -> Result<(u64, Vec<u8>), Error> {
-        Ok((graph::descriptor_of::<T>().hash(), graph::encode(self)))
+    fn encode_remote_into(&self, out: &mut Vec<u8>) -> Result<u64, Error> {
+        Ok(graph::encode_append(
+            self,
+            &graph::EncodeOptions::uncompressed(),
+            out,
+        ))
     }
     fn decode_remote(bytes: &[u8]) -> Result<T, DecodeError> {
         graph::decode(bytes)

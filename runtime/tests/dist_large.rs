@@ -92,10 +92,15 @@ fn mixed_sizes_keep_order_and_exit_follows_messages() {
             tx.send(got).unwrap();
         })
         .unwrap();
+    // Around every size where the send path changes: the worker's reused
+    // frame buffer (small), just under and over the size handed to the
+    // transport whole (16 KiB), one fragment (64 KiB), many.
     let sizes: Vec<usize> = (0..30)
-        .map(|i| match i % 3 {
+        .map(|i| match i % 5 {
             0 => 3 << 20,
             1 => 10,
+            2 => (16 << 10) - 200 + i,
+            3 => (16 << 10) + i,
             _ => (64 << 10) + i,
         })
         .collect();

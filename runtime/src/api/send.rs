@@ -72,8 +72,8 @@ pub fn send<M: Message>(to: Pid, msg: M) {
         crate::observe::trace_sent(to, std::any::type_name::<M>());
     }
     if !w.node.is_local(to) {
-        if let Some(mail) = w.node.mail_for(to, msg) {
-            w.node.deliver(to, mail);
+        if let Err(e) = w.node.dist.try_send_message(to, &msg) {
+            log::error!("graft: message to {to} dropped: {e}");
         }
         return;
     }
@@ -136,10 +136,7 @@ pub fn send_to<M: Message>(to: impl Into<Dest>, msg: M) -> Result<(), Error> {
         return Err(Error::NotInProcess("send_to"));
     };
     match to.into() {
-        Dest::Pid(p) if !w.node.is_local(p) => {
-            let (desc, bytes) = msg.encode_remote()?;
-            w.node.dist.try_deliver_encoded(p, desc, &bytes)?;
-        }
+        Dest::Pid(p) if !w.node.is_local(p) => w.node.dist.try_send_message(p, &msg)?,
         Dest::Pid(p) => w.node.deliver(p, Mail::message(msg)),
         Dest::Name(n) => match w.node.registry.lookup(&n) {
             Some(p) => w.node.deliver(p, Mail::message(msg)),

@@ -60,8 +60,10 @@ pub(crate) struct Share {
     /// Pointer of each numbered node to its dense number.
     ids: HashMap<usize, u32, ahash::RandomState>,
     /// Pass 1: a direct-mapped cache in front of `ids` (pointer, number);
-    /// nearby nodes tend to point at the same shared children.
-    recent: [(usize, u32); RECENT],
+    /// nearby nodes tend to point at the same shared children. Empty until
+    /// the first meeting: most messages have no `Arc`, and zeroing 1 KiB
+    /// for each was a visible part of a small remote send.
+    recent: Vec<(usize, u32)>,
     /// Pointer of each dense number (to check recorded meetings).
     ptrs: Vec<usize>,
     /// Pass 1: met at least once. Pass 2: not yet written.
@@ -108,8 +110,7 @@ impl Default for Share {
                 0xa409_3822_299f_31d0,
                 0x082e_fa98_ec4e_6c89,
             )),
-            // Pointer 0 is never an `Arc`'s.
-            recent: [(0, 0); RECENT],
+            recent: Vec::new(),
             ptrs: Vec::new(),
             visited: BitVec::new(),
             shared: BitVec::new(),
@@ -135,6 +136,10 @@ impl Share {
     /// Pass 1: a numbered meeting. True if the content must be walked.
     #[inline]
     fn walk_meet(&mut self, ptr: usize) -> bool {
+        if self.recent.is_empty() {
+            // Pointer 0 is never an `Arc`'s.
+            self.recent.resize(RECENT, (0, 0));
+        }
         let slot = (ptr >> 4) % RECENT;
         let (p, id) = self.recent[slot];
         if p == ptr {

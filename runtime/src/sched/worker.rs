@@ -39,6 +39,9 @@ pub(crate) struct WorkerCtx {
     /// Connections holding frames that processes run here sent to other
     /// nodes, written after each run (see `dist::queue`).
     pub(crate) held_frames: std::cell::RefCell<Vec<graft_net::PeerSender>>,
+    /// The buffer remote sends encode their frame into, reused (taken while
+    /// in use: see `dist::Dist::try_send_message`).
+    pub(crate) frame_buf: Cell<Vec<u8>>,
     /// For a spare worker (`spare.rs`): its index among the spares, and the
     /// stuck worker it serves now.
     pub(crate) spare: Option<usize>,
@@ -94,6 +97,7 @@ impl WorkerCtx {
             rounds: Cell::new(0),
             serials: Cell::new((0, 0)),
             held_frames: Default::default(),
+            frame_buf: Cell::new(Vec::new()),
             spare: None,
             serving: Cell::new(None),
             runs: Cell::new(0),
