@@ -108,6 +108,18 @@ fn take_frame_buf() -> Vec<u8> {
     b
 }
 
+/// Runs `send` on a frame made in a buffer from [`take_frame_buf`]: a
+/// small one borrowed (graft-net copies it into its outbox) and the buffer
+/// then given back, one of `BIG_FRAME` or more handed over whole.
+fn send_framed<R>(frame: Vec<u8>, send: impl FnOnce(Cow<'_, [u8]>) -> R) -> R {
+    if frame.len() >= BIG_FRAME {
+        return send(Cow::Owned(frame));
+    }
+    let r = send(Cow::Borrowed(&frame[..]));
+    put_frame_buf(frame);
+    r
+}
+
 /// Gives a frame buffer to the calling worker to reuse, if it is small (a
 /// frame of `BIG_FRAME` or more is handed to the transport instead).
 fn put_frame_buf(b: Vec<u8>) {
@@ -476,34 +488,33 @@ impl Dist {
         payload: Cow<'_, [u8]>,
     ) -> Result<(), Error> {
         let peers = self.peers.read();
-        let peer = peers
+        let Some(peer) = peers
             .get(&node)
             .filter(|p| only.is_none() || only == Some(p.info.id))
-            .ok_or(Error::NoConnection(node))?;
+        else {
+            return Err(Error::NoConnection(node));
+        };
         peer.queue_counted(node, key, kind, payload)
     }
 
     /// Sends a control command to `node`.
     pub(crate) fn send_ctl(&self, node: NodeId, c: &Ctl) -> Result<(), Error> {
-        self.send_keyed(
-            node,
-            None,
-            ctl_key(c),
-            KIND_CTL,
-            Cow::Owned(graph::encode(c)),
-        )
+        self.send_ctl_to(node, None, c)
     }
 
     /// Sends a control command on one connection to `node`: a command whose
     /// record names that connection (see [`Watches`]).
     pub(crate) fn send_ctl_on(&self, node: NodeId, conn: PeerId, c: &Ctl) -> Result<(), Error> {
-        self.send_keyed(
-            node,
-            Some(conn),
-            ctl_key(c),
-            KIND_CTL,
-            Cow::Owned(graph::encode(c)),
-        )
+        self.send_ctl_to(node, Some(conn), c)
+    }
+
+    /// A control command, encoded in the calling worker's frame buffer.
+    fn send_ctl_to(&self, node: NodeId, only: Option<PeerId>, c: &Ctl) -> Result<(), Error> {
+        let mut frame = take_frame_buf();
+        graph::encode_append(c, &graph::EncodeOptions::uncompressed(), &mut frame);
+        send_framed(frame, |f| {
+            self.send_keyed(node, only, ctl_key(c), KIND_CTL, f)
+        })
     }
 
     /// Closes the connection to `node`; `false` if there was none. What
@@ -608,12 +619,9 @@ impl Dist {
         };
         frame[DELIVER_HEADER - 8..DELIVER_HEADER].copy_from_slice(&desc.to_le_bytes());
         let size = frame.len();
-        if size >= BIG_FRAME {
-            return self.try_send_to_pid(to, KIND_DELIVER, size, || Cow::Owned(frame));
-        }
-        let r = self.try_send_to_pid(to, KIND_DELIVER, size, || Cow::Borrowed(&frame[..]));
-        put_frame_buf(frame);
-        r
+        send_framed(frame, |f| {
+            self.try_send_to_pid(to, KIND_DELIVER, size, move || f)
+        })
     }
 
     /// Queues the frame `make` builds for the node of `to`, if connected to
