@@ -148,6 +148,15 @@ impl<'a, S: Source> Decoder<'a, S> {
     /// fill (their own cells are filled later), to a node that existed
     /// before, which takes a strong back-reference read during that fill.
     pub(crate) fn finish(self, failed: bool) {
+        if self.tables.is_empty()
+            && self.graveyard.is_empty()
+            && self.pending.is_empty()
+            && self.closing.is_empty()
+        {
+            // Nothing was shared, deferred or left over (a small message):
+            // no cell to empty, nothing deep to drop.
+            return;
+        }
         let mut contents = Vec::new();
         if failed {
             for cell in &self.closing {
