@@ -1,6 +1,6 @@
 //! Loom model of the mailbox push / park / wake protocol
 //! (`process/state.rs`, `process/mailbox.rs`): no lost wake-up, no double
-//! schedule, every message received.
+//! schedule, every message received, also when a batch is pushed at once.
 #![cfg(loom)]
 
 use graft::__loom::{Mailbox, Parker, ProcState};
@@ -116,5 +116,38 @@ fn closed_mailbox_refuses_and_wakes_nobody() {
         assert_eq!(left, if pushed { vec![1] } else { vec![] });
         assert!(mb.push(2).is_err());
         assert!(!st.wake(), "a finished process is never scheduled");
+    });
+}
+
+/// A connection's thread pushes the messages of one read together
+/// (`push_many_within`, the runtime's `arrivals.rs`) and wakes once, while
+/// another sender pushes one: all arrive, one schedule per park.
+#[test]
+fn a_batch_and_a_single_sender() {
+    loom::model(|| {
+        let st = Arc::new(ProcState::new());
+        let mb = Arc::new(Mailbox::new());
+        let rq = Arc::new(Parker::default());
+        let sc = Arc::new(AtomicUsize::new(0));
+        let batch = {
+            let (st, mb, rq, sc) = (st.clone(), mb.clone(), rq.clone(), sc.clone());
+            thread::spawn(move || {
+                let mut b = vec![0, 1];
+                let (_, pushed) = mb.push_many_within(&mut b, usize::MAX).expect("open");
+                assert_eq!(pushed, 2);
+                if st.wake() {
+                    sc.fetch_add(1, Ordering::SeqCst);
+                    rq.unpark();
+                }
+            })
+        };
+        let single = {
+            let (st, mb, rq, sc) = (st.clone(), mb.clone(), rq.clone(), sc.clone());
+            thread::spawn(move || sender(st, mb, rq, sc, 2))
+        };
+        let parks = receive_all(&st, &mb, &rq, &sc, 3);
+        batch.join().unwrap();
+        single.join().unwrap();
+        assert_eq!(sc.load(Ordering::SeqCst), parks, "one schedule per park");
     });
 }

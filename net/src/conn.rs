@@ -949,6 +949,19 @@ impl Conn {
         last_rx: Instant,
         handler: &dyn Handler,
     ) -> Result<(), NetError> {
+        let r = self.deliver_frames(dec, parts, last_rx, handler);
+        handler.frames_end();
+        r
+    }
+
+    /// [`Conn::deliver`] without the closing `frames_end`.
+    fn deliver_frames(
+        &self,
+        dec: &mut Decoder,
+        parts: &mut Reassembly,
+        last_rx: Instant,
+        handler: &dyn Handler,
+    ) -> Result<(), NetError> {
         loop {
             if self.is_closed() {
                 return Err(self.reason());

@@ -65,6 +65,12 @@ pub trait Handler: Send + Sync + 'static {
     fn peer_up(&self, peer: &PeerInfo);
     /// A frame of a user kind (`>= FIRST_USER_KIND`) arrived, decompressed.
     fn frame(&self, peer: &PeerInfo, kind: u8, payload: Vec<u8>);
+    /// The frames of one read of this peer's socket have all been given to
+    /// [`frame`](Handler::frame), on the same thread, before it reads again
+    /// or serves another peer: a handler that holds frames back to act on
+    /// several at once (one lock for a batch) acts on them now. Also called
+    /// when a read ends in an error, before `peer_down`.
+    fn frames_end(&self) {}
     /// The connection is gone: no more frames from it, sends to it fail.
     fn peer_down(&self, peer: &PeerInfo, reason: &NetError);
 }

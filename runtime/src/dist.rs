@@ -957,6 +957,10 @@ impl Handler for NetHandler {
 
     fn frame(&self, peer: &PeerInfo, kind: u8, payload: Vec<u8>) {
         let Some(n) = self.node.upgrade() else { return };
+        if kind != KIND_DELIVER {
+            // Messages held for a batch go first (`arrivals.rs`).
+            crate::arrivals::flush();
+        }
         let from = NodeId::from_name(&peer.name);
         if let Some(c) = n
             .dist
@@ -996,7 +1000,12 @@ impl Handler for NetHandler {
         }
     }
 
+    fn frames_end(&self) {
+        crate::arrivals::flush();
+    }
+
     fn peer_down(&self, peer: &PeerInfo, reason: &NetError) {
+        crate::arrivals::flush();
         let Some(n) = self.node.upgrade() else { return };
         log::info!("graft: {} lost {}: {reason}", n.name, peer.name);
         n.dist
@@ -1009,7 +1018,7 @@ impl Handler for NetHandler {
     }
 }
 
-fn on_deliver(n: &NodeShared, peer: &PeerInfo, p: Vec<u8>) {
+fn on_deliver(n: &std::sync::Arc<NodeShared>, peer: &PeerInfo, p: Vec<u8>) {
     if p.len() < DELIVER_HEADER {
         log::warn!("graft: short deliver frame from {}", peer.name);
         return;
@@ -1031,7 +1040,7 @@ fn on_deliver(n: &NodeShared, peer: &PeerInfo, p: Vec<u8>) {
     // rather than copy the message into a new buffer.
     let mut bytes = p;
     bytes.drain(..DELIVER_HEADER);
-    n.deliver(to, Mail::Encoded { desc, bytes });
+    crate::arrivals::arrive(n, to, Mail::Encoded { desc, bytes });
 }
 
 fn on_ctl(n: &std::sync::Arc<NodeShared>, peer: &PeerInfo, from: NodeId, c: Ctl) {

@@ -95,6 +95,7 @@ extern crate self as graft;
 
 mod alias;
 mod api;
+mod arrivals;
 mod channel;
 mod context;
 mod coroutine;

@@ -610,6 +610,22 @@ impl NodeShared {
         }
     }
 
+    /// Delivers messages that arrived together for the local pid `to`
+    /// (see `dist::Arrivals`): [`NodeShared::deliver`] for each, under one
+    /// mailbox lock and with one wake. Empties `batch`.
+    pub(crate) fn deliver_many(&self, to: Pid, batch: &mut Vec<Mail>) {
+        if to.creation() == self.creation {
+            self.table.with(to.serial(), |p| {
+                if let Ok(true) = p.deliver_many(batch, self) {
+                    self.sched.wake(p);
+                }
+            });
+        }
+        for m in batch.drain(..) {
+            drop_undelivered(to, m);
+        }
+    }
+
     /// The mail that carries `msg` to `to`: the value itself for a process of
     /// this node, its encoding for another node (`None`, logged, for a
     /// local-only message to another node).

@@ -600,6 +600,35 @@ impl Process {
         Ok(self.state.wake())
     }
 
+    /// [`Process::deliver_watched`] for a batch of messages (not signals
+    /// nor notifications) that arrived together: one lock, one wake. What
+    /// finds the mailbox at its limit is dropped as there. `Err(())`, the
+    /// batch untouched, if the process has exited. Returns whether the
+    /// caller must schedule the process.
+    pub(crate) fn deliver_many(
+        &self,
+        batch: &mut Vec<Mail>,
+        node: &crate::node::NodeShared,
+    ) -> Result<bool, ()> {
+        let cap = match &self.limit {
+            Some(l) => l.max.saturating_sub(l.saved_len.load(Ordering::Relaxed)),
+            None => usize::MAX,
+        };
+        let (len, pushed) = self.mailbox.push_many_within(batch, cap)?;
+        let mut wake = false;
+        for mail in batch.drain(..) {
+            wake |= self.over_limit(mail);
+        }
+        if pushed == 0 {
+            return Ok(wake);
+        }
+        let on = node.sysmon.lmq_on.load(Ordering::Relaxed);
+        if on != 0 && len >= on {
+            self.long_queue(node, len);
+        }
+        Ok(self.state.wake() || wake)
+    }
+
     /// A message found the mailbox at its limit: drop it (counted), and with
     /// `Overflow::Kill` send the process its untrappable kill, once.
     /// Returns whether the caller must schedule the process.

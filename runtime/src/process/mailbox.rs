@@ -101,6 +101,26 @@ impl<M> Mailbox<M> {
         Ok(inner.len())
     }
 
+    /// Appends the items of `batch`, in order and under one lock, as many
+    /// as fit under `cap` (counted as [`Mailbox::push_within`] counts);
+    /// what does not fit stays in `batch`. `Err(())`, `batch` untouched,
+    /// if the owner has exited. Returns the queue's length after, and how
+    /// many were appended.
+    pub fn push_many_within(&self, batch: &mut Vec<M>, cap: usize) -> Result<(usize, usize), ()> {
+        let mut inner = self.inner.lock();
+        if inner.closed {
+            return Err(());
+        }
+        let room = cap.saturating_sub(inner.len()).min(batch.len());
+        for m in batch.drain(..room) {
+            inner.push(m);
+        }
+        if room > 0 {
+            self.nonempty.store(true, Ordering::Release);
+        }
+        Ok((inner.len(), room))
+    }
+
     /// Appends `m`, marking the batch as needing attention if `flag`.
     #[inline(always)]
     pub fn push_flagged(&self, m: M, flag: bool) -> Result<(), M> {
@@ -185,6 +205,27 @@ impl<M> Inner<M> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A batch keeps its order behind what waits, stops at the cap (what
+    /// is left stays with the caller), and is refused whole once closed.
+    #[test]
+    fn a_batch_keeps_order_and_stops_at_the_cap() {
+        let m = Mailbox::new();
+        let mut out = VecDeque::new();
+        m.push(0).unwrap();
+        let mut batch = vec![1, 2, 3, 4, 5];
+        assert_eq!(m.push_many_within(&mut batch, 4), Ok((4, 3)));
+        assert_eq!(batch, [4, 5]);
+        assert_eq!(m.drain_into(&mut out), (4, false));
+        assert_eq!(out, [0, 1, 2, 3]);
+        assert_eq!(m.push_many_within(&mut batch, usize::MAX), Ok((2, 2)));
+        assert!(batch.is_empty());
+        assert_eq!(m.push_many_within(&mut batch, usize::MAX), Ok((2, 0)));
+        assert_eq!(m.close(), [4, 5]);
+        let mut late = vec![6];
+        assert_eq!(m.push_many_within(&mut late, usize::MAX), Err(()));
+        assert_eq!(late, [6]);
+    }
 
     /// Order holds across the inline first item, the queue behind it, a
     /// private queue that already holds items, and close; the cap counts
