@@ -616,7 +616,7 @@ impl NodeShared {
     pub(crate) fn deliver_many(&self, to: Pid, batch: &mut Vec<Mail>) {
         if to.creation() == self.creation {
             self.table.with(to.serial(), |p| {
-                if let Ok(true) = p.deliver_many(batch, self) {
+                if p.deliver_many(batch, self) == Some(true) {
                     self.sched.wake(p);
                 }
             });

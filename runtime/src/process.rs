@@ -602,14 +602,14 @@ impl Process {
 
     /// [`Process::deliver_watched`] for a batch of messages (not signals
     /// nor notifications) that arrived together: one lock, one wake. What
-    /// finds the mailbox at its limit is dropped as there. `Err(())`, the
-    /// batch untouched, if the process has exited. Returns whether the
-    /// caller must schedule the process.
+    /// finds the mailbox at its limit is dropped as there. `None`, the
+    /// batch untouched, if the process has exited; else whether the caller
+    /// must schedule the process.
     pub(crate) fn deliver_many(
         &self,
         batch: &mut Vec<Mail>,
         node: &crate::node::NodeShared,
-    ) -> Result<bool, ()> {
+    ) -> Option<bool> {
         let cap = match &self.limit {
             Some(l) => l.max.saturating_sub(l.saved_len.load(Ordering::Relaxed)),
             None => usize::MAX,
@@ -620,13 +620,13 @@ impl Process {
             wake |= self.over_limit(mail);
         }
         if pushed == 0 {
-            return Ok(wake);
+            return Some(wake);
         }
         let on = node.sysmon.lmq_on.load(Ordering::Relaxed);
         if on != 0 && len >= on {
             self.long_queue(node, len);
         }
-        Ok(self.state.wake() || wake)
+        Some(self.state.wake() || wake)
     }
 
     /// A message found the mailbox at its limit: drop it (counted), and with

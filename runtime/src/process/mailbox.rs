@@ -103,13 +103,13 @@ impl<M> Mailbox<M> {
 
     /// Appends the items of `batch`, in order and under one lock, as many
     /// as fit under `cap` (counted as [`Mailbox::push_within`] counts);
-    /// what does not fit stays in `batch`. `Err(())`, `batch` untouched,
-    /// if the owner has exited. Returns the queue's length after, and how
-    /// many were appended.
-    pub fn push_many_within(&self, batch: &mut Vec<M>, cap: usize) -> Result<(usize, usize), ()> {
+    /// what does not fit stays in `batch`. `None`, `batch` untouched, if
+    /// the owner has exited. Returns the queue's length after, and how many
+    /// were appended.
+    pub fn push_many_within(&self, batch: &mut Vec<M>, cap: usize) -> Option<(usize, usize)> {
         let mut inner = self.inner.lock();
         if inner.closed {
-            return Err(());
+            return None;
         }
         let room = cap.saturating_sub(inner.len()).min(batch.len());
         for m in batch.drain(..room) {
@@ -118,7 +118,7 @@ impl<M> Mailbox<M> {
         if room > 0 {
             self.nonempty.store(true, Ordering::Release);
         }
-        Ok((inner.len(), room))
+        Some((inner.len(), room))
     }
 
     /// Appends `m`, marking the batch as needing attention if `flag`.
@@ -214,16 +214,16 @@ mod tests {
         let mut out = VecDeque::new();
         m.push(0).unwrap();
         let mut batch = vec![1, 2, 3, 4, 5];
-        assert_eq!(m.push_many_within(&mut batch, 4), Ok((4, 3)));
+        assert_eq!(m.push_many_within(&mut batch, 4), Some((4, 3)));
         assert_eq!(batch, [4, 5]);
         assert_eq!(m.drain_into(&mut out), (4, false));
         assert_eq!(out, [0, 1, 2, 3]);
-        assert_eq!(m.push_many_within(&mut batch, usize::MAX), Ok((2, 2)));
+        assert_eq!(m.push_many_within(&mut batch, usize::MAX), Some((2, 2)));
         assert!(batch.is_empty());
-        assert_eq!(m.push_many_within(&mut batch, usize::MAX), Ok((2, 0)));
+        assert_eq!(m.push_many_within(&mut batch, usize::MAX), Some((2, 0)));
         assert_eq!(m.close(), [4, 5]);
         let mut late = vec![6];
-        assert_eq!(m.push_many_within(&mut late, usize::MAX), Err(()));
+        assert_eq!(m.push_many_within(&mut late, usize::MAX), None);
         assert_eq!(late, [6]);
     }
 
