@@ -230,7 +230,7 @@ struct Dial {
 /// gives them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DialStats {
-    /// Running now (at most [`MAX_DIALS`], 8).
+    /// Running now (at most `MAX_DIALS`, 8).
     pub running: usize,
     /// Waiting for a slot.
     pub waiting: usize,
