@@ -130,6 +130,15 @@ fn put_frame_buf(b: Vec<u8>) {
     }
 }
 
+/// Writes a deliver frame's header: the pid it is for and the message's
+/// descriptor (`DELIVER_HEADER` bytes; read back by `on_deliver`).
+fn put_deliver_header(out: &mut Vec<u8>, to: Pid, desc: u64) {
+    out.extend_from_slice(&to.node().0.to_le_bytes());
+    out.extend_from_slice(&to.creation().to_le_bytes());
+    out.extend_from_slice(&to.serial().to_le_bytes());
+    out.extend_from_slice(&desc.to_le_bytes());
+}
+
 /// The order key of frames sent now: the running process (frames of one
 /// process keep their order, see graft-net's `send_keyed`), else 0.
 #[inline]
@@ -565,29 +574,12 @@ impl Dist {
     /// incarnation is gone, as a send to a dead process is). A message over
     /// the maximum message size is logged at `error` and counted.
     pub(crate) fn deliver_encoded(&self, to: Pid, desc: u64, bytes: &[u8]) {
-        if let Err(e) = self.try_deliver_encoded(to, desc, bytes) {
+        let mut frame = take_frame_buf();
+        put_deliver_header(&mut frame, to, desc);
+        frame.extend_from_slice(bytes);
+        if let Err(e) = self.send_deliver(to, frame) {
             log::error!("graft: message to {to} dropped: {e}");
         }
-    }
-
-    /// As [`deliver_encoded`](Dist::deliver_encoded), returning
-    /// `Error::MessageTooLarge` rather than logging it (`send_to`).
-    pub(crate) fn try_deliver_encoded(
-        &self,
-        to: Pid,
-        desc: u64,
-        bytes: &[u8],
-    ) -> Result<(), Error> {
-        let make = || {
-            let mut frame = Vec::with_capacity(DELIVER_HEADER + bytes.len());
-            frame.extend_from_slice(&to.node().0.to_le_bytes());
-            frame.extend_from_slice(&to.creation().to_le_bytes());
-            frame.extend_from_slice(&to.serial().to_le_bytes());
-            frame.extend_from_slice(&desc.to_le_bytes());
-            frame.extend_from_slice(bytes);
-            Cow::Owned(frame)
-        };
-        self.try_send_to_pid(to, KIND_DELIVER, DELIVER_HEADER + bytes.len(), make)
     }
 
     /// Sends `msg` to the remote pid `to` (dropped as in
@@ -606,10 +598,7 @@ impl Dist {
         msg: &M,
     ) -> Result<(), Error> {
         let mut frame = take_frame_buf();
-        frame.extend_from_slice(&to.node().0.to_le_bytes());
-        frame.extend_from_slice(&to.creation().to_le_bytes());
-        frame.extend_from_slice(&to.serial().to_le_bytes());
-        frame.extend_from_slice(&[0; 8]); // the descriptor, once known
+        put_deliver_header(&mut frame, to, 0); // the descriptor, once known
         let desc = match msg.encode_remote_into(&mut frame) {
             Ok(d) => d,
             Err(e) => {
@@ -618,6 +607,11 @@ impl Dist {
             }
         };
         frame[DELIVER_HEADER - 8..DELIVER_HEADER].copy_from_slice(&desc.to_le_bytes());
+        self.send_deliver(to, frame)
+    }
+
+    /// Sends a deliver frame made in a buffer from [`take_frame_buf`].
+    fn send_deliver(&self, to: Pid, frame: Vec<u8>) -> Result<(), Error> {
         let size = frame.len();
         send_framed(frame, |f| {
             self.try_send_to_pid(to, KIND_DELIVER, size, move || f)
@@ -1005,7 +999,6 @@ impl Handler for NetHandler {
     }
 
     fn peer_down(&self, peer: &PeerInfo, reason: &NetError) {
-        crate::arrivals::flush();
         let Some(n) = self.node.upgrade() else { return };
         log::info!("graft: {} lost {}: {reason}", n.name, peer.name);
         n.dist

@@ -40,7 +40,7 @@ pub(crate) struct WorkerCtx {
     /// nodes, written after each run (see `dist::queue`).
     pub(crate) held_frames: std::cell::RefCell<Vec<graft_net::PeerSender>>,
     /// The buffer remote sends encode their frame into, reused (taken while
-    /// in use: see `dist::Dist::try_send_message`).
+    /// in use: see `dist::take_frame_buf`).
     pub(crate) frame_buf: Cell<Vec<u8>>,
     /// For a spare worker (`spare.rs`): its index among the spares, and the
     /// stuck worker it serves now.
