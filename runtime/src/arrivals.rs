@@ -12,8 +12,9 @@
 //! Protocol, all on the connection's thread (a thread-local batch):
 //! * a deliver frame for local pid `p`: if the batch is for another pid (or
 //!   another node), deliver the batch first; then add the message to it;
-//! * any other frame (control, alias, request), the end of a read, the
-//!   connection's loss, or a full batch ([`MAX`]): deliver the batch first.
+//! * any other frame (control, alias, request), the end of a read (also
+//!   one that ends in an error, before the connection's loss is
+//!   reported), or a full batch ([`MAX`]): deliver the batch first.
 //!
 //! Delivering is [`NodeShared::deliver_many`]: every message as
 //! `NodeShared::deliver` would, under one mailbox lock, with one wake. So
@@ -32,8 +33,9 @@ const MAX: usize = 256;
 
 #[derive(Default)]
 struct Batch {
-    node: Option<Arc<NodeShared>>,
-    to: Option<Pid>,
+    /// The node and pid the held messages are for: `Some` exactly while
+    /// `mails` holds any.
+    target: Option<(Arc<NodeShared>, Pid)>,
     mails: Vec<Mail>,
 }
 
@@ -44,18 +46,15 @@ thread_local! {
 /// Adds a message for the local pid `to` of node `n` to this thread's
 /// batch (see the module docs).
 pub(crate) fn arrive(n: &Arc<NodeShared>, to: Pid, mail: Mail) {
-    let same = BATCH.with(|b| {
-        let b = b.borrow();
-        b.to == Some(to) && b.node.as_ref().is_some_and(|m| Arc::ptr_eq(m, n))
-    });
+    let same =
+        BATCH.with(|b| matches!(&b.borrow().target, Some((m, p)) if *p == to && Arc::ptr_eq(m, n)));
     if !same {
         flush();
     }
     let full = BATCH.with(|b| {
         let mut b = b.borrow_mut();
         if !same {
-            b.node = Some(n.clone());
-            b.to = Some(to);
+            b.target = Some((n.clone(), to));
         }
         b.mails.push(mail);
         b.mails.len() >= MAX
@@ -65,35 +64,17 @@ pub(crate) fn arrive(n: &Arc<NodeShared>, to: Pid, mail: Mail) {
     }
 }
 
-/// Delivers this thread's batch, if it holds anything.
+/// Delivers this thread's batch, if it holds anything (outside the
+/// thread-local's borrow; the emptied buffer is kept for the next batch).
 pub(crate) fn flush() {
-    let (node, to, mails) = BATCH.with(|b| {
+    let Some((n, to, mut mails)) = BATCH.with(|b| {
         let mut b = b.borrow_mut();
-        if b.mails.is_empty() {
-            b.node = None;
-            b.to = None;
-            return (None, None, Vec::new());
-        }
-        (b.node.take(), b.to.take(), std::mem::take(&mut b.mails))
-    });
-    let mails = deliver(node, to, mails);
-    // The buffer is kept for the next batch.
-    BATCH.with(|b| {
-        let mut b = b.borrow_mut();
-        if b.mails.capacity() == 0 {
-            b.mails = mails;
-        }
-    });
-}
-
-/// Delivers `mails` (outside the thread-local's borrow) and hands back the
-/// emptied buffer.
-fn deliver(node: Option<Arc<NodeShared>>, to: Option<Pid>, mut mails: Vec<Mail>) -> Vec<Mail> {
-    if let (Some(n), Some(to)) = (node, to) {
-        if !mails.is_empty() {
-            n.deliver_many(to, &mut mails);
-        }
-    }
-    mails.clear();
-    mails
+        let (n, to) = b.target.take()?;
+        Some((n, to, std::mem::take(&mut b.mails)))
+    }) else {
+        return;
+    };
+    n.deliver_many(to, &mut mails);
+    // Nothing arrives during a delivery: the batch is still empty.
+    BATCH.with(|b| b.borrow_mut().mails = mails);
 }

@@ -61,8 +61,7 @@ pub trait Message: Send + 'static {
     /// Encodes for another node, appending to `out`; returns the descriptor
     /// hash.
     #[doc(hidden)]
-    fn encode_remote_into(&self, out: &mut Vec<u8>) -> Result<u64, Error> {
-        let _ = out;
+    fn encode_remote_into(&self, _out: &mut Vec<u8>) -> Result<u64, Error> {
         Err(Error::NotMobile(std::any::type_name::<Self>()))
     }
 

@@ -611,7 +611,7 @@ impl NodeShared {
     }
 
     /// Delivers messages that arrived together for the local pid `to`
-    /// (see `dist::Arrivals`): [`NodeShared::deliver`] for each, under one
+    /// (see `arrivals.rs`): [`NodeShared::deliver`] for each, under one
     /// mailbox lock and with one wake. Empties `batch`.
     pub(crate) fn deliver_many(&self, to: Pid, batch: &mut Vec<Mail>) {
         if to.creation() == self.creation {
