@@ -92,6 +92,22 @@
 //! the outbox closed (which stops the writer and makes `send` fail). The
 //! reader thread, when its loop ends, reports `peer_down` exactly once
 //! (`down_reported`).
+//!
+//! # Retiring
+//!
+//! A close that loses nothing either way needs both sides
+//! ([`Transport::retire`](crate::Transport::retire)). [`Conn::finish`]
+//! refuses senders from then on, queues a last frame behind everything
+//! queued, and has the writer write it all; on the side that shuts down
+//! (`fin`) the writer then shuts the socket's write side down, which the
+//! peer reads as EOF after every byte before it. Reading goes on all the
+//! while, so what the peer wrote before it saw the retirement is still
+//! delivered. The runtime's agreed idle close uses it so: the asked side
+//! answers with its last frame and stops writing (no `fin`); the asking
+//! side, on that answer, finishes with `fin`; the asked side reads to
+//! EOF and closes, which the asking side reads as EOF in turn, once all
+//! it wrote was read. Neither side closes with unread bytes, so no reset
+//! can discard data in flight.
 
 use std::borrow::Cow;
 use std::collections::VecDeque;
@@ -182,6 +198,10 @@ struct Outbox {
     armed: bool,
     /// Set once by `close`; senders fail and the writer stops.
     closed: bool,
+    /// Set once by `finish` (see "Retiring"): senders fail, the writer
+    /// writes what is queued and then, if `Some(true)`, shuts the write
+    /// side down.
+    finishing: Option<bool>,
     /// Frames are held for a sender that promised a `flush` (see
     /// `send_held`).
     held: bool,
@@ -412,6 +432,7 @@ impl Conn {
                 writer_idle: false,
                 armed: false,
                 closed: false,
+                finishing: None,
                 held: false,
                 last_push: Instant::now(),
                 idle_since: Instant::now(),
@@ -498,7 +519,7 @@ impl Conn {
     /// Queues a large message as a flight, or behind its key's flight.
     fn push_large(&self, key: u64, kind: u8, flags: u8, data: Vec<u8>) -> Result<bool, NetError> {
         let mut out = self.out.lock();
-        if out.closed {
+        if out.closed || out.finishing.is_some() {
             return Err(NetError::NotConnected(self.info.id));
         }
         let id = out.next_id;
@@ -546,7 +567,7 @@ impl Conn {
         encode: impl FnOnce(&mut Vec<u8>),
     ) -> Result<bool, NetError> {
         let mut out = self.out.lock();
-        if out.closed {
+        if out.closed || out.finishing.is_some() {
             return Err(NetError::NotConnected(self.info.id));
         }
         if key != u64::MAX {
@@ -654,6 +675,26 @@ impl Conn {
 
     pub(crate) fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Acquire)
+    }
+
+    /// Starts retiring the connection (see "Retiring"): senders are
+    /// refused from now on, `last` is queued behind everything else, and
+    /// the writer writes it all, then shuts the write side down if `fin`.
+    /// `false` if closed or retiring already.
+    pub(crate) fn finish(&self, last: Option<(u8, &[u8])>, fin: bool) -> bool {
+        let mut out = self.out.lock();
+        if out.closed || out.finishing.is_some() {
+            return false;
+        }
+        if let Some((kind, payload)) = last {
+            frame::encode(&mut out.buf, kind, 0, payload);
+        }
+        out.finishing = Some(fin);
+        out.held = false;
+        if out.writer_idle {
+            self.hand_over(out);
+        }
+        true
     }
 
     /// Closes the connection for `reason`; only the first call counts.
@@ -787,6 +828,9 @@ impl Conn {
                 }
                 return Take::Work;
             }
+            if let Some(fin) = out.finishing {
+                return Take::Finished(fin);
+            }
             let due = w.last_write + w.tick;
             let now = Instant::now();
             if now >= due {
@@ -838,6 +882,12 @@ impl Conn {
                 loop {
                     match self.take_work(&mut out, &mut w) {
                         Take::Closed => return,
+                        Take::Finished(fin) => {
+                            if fin {
+                                let _ = self.stream.shutdown(Shutdown::Write);
+                            }
+                            return;
+                        }
                         Take::Work => break,
                         Take::Idle(due) => {
                             if !out.writer_idle {
@@ -901,6 +951,15 @@ impl Conn {
                 }
                 match self.take_work(&mut out, w) {
                     Take::Closed => return Ok(()),
+                    Take::Finished(fin) => {
+                        if fin {
+                            let _ = self.stream.shutdown(Shutdown::Write);
+                        }
+                        // Never handed back: senders are refused.
+                        out.writer_idle = true;
+                        self.arm(&mut out, link, false);
+                        return Ok(());
+                    }
                     Take::Work => {}
                     // No ping from here: the tick thread pings (see `io.rs`).
                     Take::Idle(_) => {
@@ -1063,6 +1122,9 @@ enum Take {
     Idle(Instant),
     /// The connection is closed.
     Closed,
+    /// Retiring, and everything is written: shut the write side down if
+    /// `true`, then write nothing more.
+    Finished(bool),
 }
 
 /// The writer's buffers and clocks: the writer thread's locals, or an I/O

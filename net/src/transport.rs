@@ -381,6 +381,44 @@ impl Transport {
         }
     }
 
+    /// Retires the connection to `peer` without losing a frame either way
+    /// (see `conn.rs`, "Retiring"): it leaves the tables at once, so
+    /// [`send`](Transport::send) and existing [`PeerSender`]s fail with
+    /// [`NetError::NotConnected`] and a new connection to the same node
+    /// may come up beside it; `last` (kind, payload) is queued as its last
+    /// frame; everything queued is written, and then, with `fin`, the write
+    /// side is shut down. Frames keep arriving until the peer closes its
+    /// side (or the heartbeat rules end the connection); then
+    /// [`Handler::peer_down`] follows as for any close.
+    ///
+    /// # Errors
+    ///
+    /// [`NetError::NotConnected`] if `peer` is not up or is retiring
+    /// already; [`NetError::Protocol`] for a connection with extra lanes
+    /// (their frames could be read after the first lane's EOF), which
+    /// only [`disconnect`](Transport::disconnect) closes.
+    pub fn retire(&self, peer: PeerId, last: Option<(u8, &[u8])>, fin: bool) -> Result<(), NetError> {
+        if let Some((kind, _)) = last {
+            if kind < crate::FIRST_USER_KIND {
+                return Err(NetError::ReservedKind(kind));
+            }
+        }
+        let Some(conn) = self.inner.peers.read().get(&peer).cloned() else {
+            return Err(NetError::NotConnected(peer));
+        };
+        if !conn.extra_lanes().is_empty() {
+            return Err(NetError::Protocol(
+                "a connection with extra lanes cannot be retired".into(),
+            ));
+        }
+        self.inner.remove(&conn);
+        if conn.finish(last, fin) {
+            Ok(())
+        } else {
+            Err(NetError::NotConnected(peer))
+        }
+    }
+
     /// The peers that are up (`peer_up` called, connection not closed), by id.
     pub fn peers(&self) -> Vec<PeerInfo> {
         let mut v: Vec<PeerInfo> = (self.inner.peers.read().values())

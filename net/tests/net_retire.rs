@@ -1,0 +1,137 @@
+//! Retiring a connection loses nothing either way (`Transport::retire`,
+//! conn.rs "Retiring"): both sides stream frames while one retires with a
+//! last frame and the other, on reading it, retires with `fin`; every frame
+//! sent before each side's retirement arrives, in order, then each side
+//! sees the connection down once, and sends are refused after retiring.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::Duration;
+
+use common::*;
+use graft_net::{IoMode, NetError, PeerId, FIRST_USER_KIND};
+
+const DATA: u8 = FIRST_USER_KIND;
+const LAST: u8 = FIRST_USER_KIND + 1;
+
+/// Sends numbered frames to `peer` until a send fails or `stop`; the
+/// number sent.
+fn stream(t: &graft_net::Transport, peer: PeerId, stop: &AtomicBool) -> u64 {
+    let mut n = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        match t.send(peer, DATA, &n.to_le_bytes()) {
+            Ok(()) => n += 1,
+            Err(NetError::NotConnected(_)) => break,
+            Err(e) => panic!("send failed: {e}"),
+        }
+        if n % 64 == 0 {
+            thread::yield_now();
+        }
+    }
+    n
+}
+
+/// The numbers of the data frames from `peer`, which must run 0, 1, 2, ...
+fn received_in_order(r: &Recorder, peer: PeerId) -> u64 {
+    let mut next = 0u64;
+    for (k, d) in r.frames_from(peer) {
+        if k == DATA {
+            let v = u64::from_le_bytes(d.try_into().expect("8 bytes"));
+            assert_eq!(v, next, "frames in order, none lost");
+            next += 1;
+        }
+    }
+    next
+}
+
+fn retire_under_traffic(mode: IoMode) {
+    init_log();
+    let (a, ra) = start(config("a", "c").io(mode));
+    let (b, rb) = start(config("b", "c").io(mode));
+    let pb = a.connect(b.local_addr()).unwrap().id;
+    wait_until("b up", || b.peers().len() == 1);
+    let pa = b.peers()[0].id;
+    let stop = Arc::new(AtomicBool::new(false));
+    let (a, b) = (Arc::new(a), Arc::new(b));
+    let sent_by_a = Arc::new(AtomicU64::new(0));
+    let sa = {
+        let (a, stop, n) = (a.clone(), stop.clone(), sent_by_a.clone());
+        thread::spawn(move || n.store(stream(&a, pb, &stop), Ordering::SeqCst))
+    };
+    let sb = {
+        let (b, stop) = (b.clone(), stop.clone());
+        thread::spawn(move || stream(&b, pa, &stop))
+    };
+    // Both streams run, then b (the asked side) retires: its last frame
+    // goes behind everything it queued, and it writes nothing after.
+    wait_until("traffic both ways", || {
+        ra.frames_from(pb).len() > 2_000 && rb.frames_from(pa).len() > 2_000
+    });
+    b.retire(pa, Some((LAST, b"bye")), false).unwrap();
+    assert!(matches!(b.send(pa, DATA, b"late"), Err(NetError::NotConnected(_))));
+    assert!(b.peers().is_empty(), "out of b's table at once");
+    let sent_by_b = sb.join().unwrap();
+    // a reads b's last frame, then retires with fin: what a sent until
+    // then is written before the shutdown.
+    ra.wait_for("b's last frame", |ev| {
+        ev.iter().any(|e| matches!(e, Event::Frame(p, k, _) if *p == pb && *k == LAST))
+    });
+    thread::sleep(Duration::from_millis(20)); // a keeps sending meanwhile
+    a.retire(pb, None, true).unwrap();
+    stop.store(true, Ordering::Relaxed);
+    sa.join().unwrap();
+    let sent_by_a = sent_by_a.load(Ordering::SeqCst);
+    ra.wait_for("down at a", |ev| !downs(ev).is_empty());
+    rb.wait_for("down at b", |ev| !downs(ev).is_empty());
+    assert_eq!(received_in_order(&ra, pb), sent_by_b, "{mode:?}: all of b's frames");
+    assert_eq!(received_in_order(&rb, pa), sent_by_a, "{mode:?}: all of a's frames");
+    // The last frame was b's last: nothing after it.
+    let from_b = ra.frames_from(pb);
+    assert_eq!(from_b.last().map(|f| f.0), Some(LAST));
+    assert_lifecycles(&ra.events());
+    assert_lifecycles(&rb.events());
+    assert_eq!(downs(&ra.events()).len(), 1);
+    assert_eq!(downs(&rb.events()).len(), 1);
+    // Retiring twice, or an unknown peer: refused.
+    assert!(matches!(a.retire(pb, None, true), Err(NetError::NotConnected(_))));
+    // A new connection between the same two nodes comes up afterwards.
+    let again = a.connect(b.local_addr()).unwrap().id;
+    assert_ne!(again, pb);
+    a.send(again, DATA, b"again").unwrap();
+    rb.wait_for("a frame on the new connection", |ev| {
+        ev.iter().any(|e| matches!(e, Event::Frame(_, _, d) if d == b"again"))
+    });
+}
+
+#[test]
+fn retiring_under_traffic_loses_nothing_on_the_poller() {
+    retire_under_traffic(IoMode::Poller);
+}
+
+#[test]
+fn retiring_under_traffic_loses_nothing_with_threads() {
+    retire_under_traffic(IoMode::Threads);
+}
+
+/// A retiring connection with nothing queued ends on both sides within the
+/// hang guard, and the reserved kinds are refused as a last frame.
+#[test]
+fn an_idle_connection_retires_and_reserved_kinds_are_refused() {
+    init_log();
+    let (a, ra) = start(config("a", "c"));
+    let (b, rb) = start(config("b", "c"));
+    let pb = a.connect(b.local_addr()).unwrap().id;
+    wait_until("b up", || b.peers().len() == 1);
+    let pa = b.peers()[0].id;
+    assert!(matches!(b.retire(pa, Some((0, b"x")), false), Err(NetError::ReservedKind(0))));
+    b.retire(pa, Some((LAST, b"bye")), false).unwrap();
+    ra.wait_for("the last frame", |ev| {
+        ev.iter().any(|e| matches!(e, Event::Frame(_, k, _) if *k == LAST))
+    });
+    a.retire(pb, None, true).unwrap();
+    ra.wait_for("down at a", |ev| !downs(ev).is_empty());
+    rb.wait_for("down at b", |ev| !downs(ev).is_empty());
+}
