@@ -202,6 +202,8 @@ struct Outbox {
     /// writes what is queued and then, if `Some(true)`, shuts the write
     /// side down.
     finishing: Option<bool>,
+    /// Retiring, and everything queued is written (set with `Finished`).
+    finished: bool,
     /// Frames are held for a sender that promised a `flush` (see
     /// `send_held`).
     held: bool,
@@ -433,6 +435,7 @@ impl Conn {
                 armed: false,
                 closed: false,
                 finishing: None,
+                finished: false,
                 held: false,
                 last_push: Instant::now(),
                 idle_since: Instant::now(),
@@ -680,11 +683,24 @@ impl Conn {
     /// Starts retiring the connection (see "Retiring"): senders are
     /// refused from now on, `last` is queued behind everything else, and
     /// the writer writes it all, then shuts the write side down if `fin`.
-    /// `false` if closed or retiring already.
+    /// A connection retiring without `fin` may be asked again with `fin`
+    /// (both sides asked to close at once; `last` is then ignored).
+    /// `false` if closed, or retiring already with `fin`.
     pub(crate) fn finish(&self, last: Option<(u8, &[u8])>, fin: bool) -> bool {
         let mut out = self.out.lock();
-        if out.closed || out.finishing.is_some() {
+        if out.closed || out.finishing == Some(true) {
             return false;
+        }
+        if out.finishing == Some(false) {
+            if !fin {
+                return false;
+            }
+            out.finishing = Some(true);
+            if out.finished {
+                // The writer is done: shut down here.
+                let _ = self.stream.shutdown(Shutdown::Write);
+            }
+            return true;
         }
         if let Some((kind, payload)) = last {
             frame::encode(&mut out.buf, kind, 0, payload);
@@ -829,6 +845,7 @@ impl Conn {
                 return Take::Work;
             }
             if let Some(fin) = out.finishing {
+                out.finished = true;
                 return Take::Finished(fin);
             }
             let due = w.last_write + w.tick;

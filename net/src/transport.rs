@@ -162,6 +162,10 @@ struct Inner {
     stats: Stats,
     /// Inbound peers whose extra lanes are coming in (see "Lanes").
     forming: Mutex<Vec<Forming>>,
+    /// Connections retired without `fin`, which a second `retire` may ask
+    /// to shut down (both sides asked to close at once); dead ones are
+    /// dropped at each `retire`.
+    retiring: Mutex<Vec<(PeerId, std::sync::Weak<Conn>)>>,
 }
 
 /// An accepted session's first connection, kept (in the tables, not
@@ -257,6 +261,7 @@ impl Transport {
             next_io: Default::default(),
             stats: Stats::default(),
             forming: Mutex::new(Vec::new()),
+            retiring: Mutex::new(Vec::new()),
         });
         if inner.cfg.io == IoMode::Poller {
             let me = inner.clone();
@@ -290,6 +295,11 @@ impl Transport {
     /// configured one was 0).
     pub fn local_addr(&self) -> SocketAddr {
         self.inner.local_addr
+    }
+
+    /// Connections per peer (see [`NetConfig::lanes`]).
+    pub fn lanes(&self) -> usize {
+        self.inner.cfg.lanes
     }
 
     /// This node's name.
@@ -397,13 +407,19 @@ impl Transport {
     /// already; [`NetError::Protocol`] for a connection with extra lanes
     /// (their frames could be read after the first lane's EOF), which
     /// only [`disconnect`](Transport::disconnect) closes.
-    pub fn retire(&self, peer: PeerId, last: Option<(u8, &[u8])>, fin: bool) -> Result<(), NetError> {
+    pub fn retire(
+        &self,
+        peer: PeerId,
+        last: Option<(u8, &[u8])>,
+        fin: bool,
+    ) -> Result<(), NetError> {
         if let Some((kind, _)) = last {
             if kind < crate::FIRST_USER_KIND {
                 return Err(NetError::ReservedKind(kind));
             }
         }
-        let Some(conn) = self.inner.peers.read().get(&peer).cloned() else {
+        let found = self.inner.peers.read().get(&peer).cloned();
+        let Some(conn) = found.or_else(|| self.inner.retiring(peer)) else {
             return Err(NetError::NotConnected(peer));
         };
         if !conn.extra_lanes().is_empty() {
@@ -413,6 +429,9 @@ impl Transport {
         }
         self.inner.remove(&conn);
         if conn.finish(last, fin) {
+            let mut r = self.inner.retiring.lock();
+            r.retain(|(_, c)| c.strong_count() > 0);
+            r.push((peer, Arc::downgrade(&conn)));
             Ok(())
         } else {
             Err(NetError::NotConnected(peer))
@@ -1246,6 +1265,14 @@ impl Inner {
             }
             _ => None,
         }
+    }
+
+    /// A connection being retired, by id (see `Transport::retire`).
+    fn retiring(&self, peer: PeerId) -> Option<Arc<Conn>> {
+        let r = self.retiring.lock();
+        r.iter()
+            .find(|(p, _)| *p == peer)
+            .and_then(|(_, c)| c.upgrade())
     }
 
     /// Removes `conn` from the tables, if it is still there.

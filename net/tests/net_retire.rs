@@ -27,7 +27,7 @@ fn stream(t: &graft_net::Transport, peer: PeerId, stop: &AtomicBool) -> u64 {
             Err(NetError::NotConnected(_)) => break,
             Err(e) => panic!("send failed: {e}"),
         }
-        if n % 64 == 0 {
+        if n.is_multiple_of(64) {
             thread::yield_now();
         }
     }
@@ -71,13 +71,17 @@ fn retire_under_traffic(mode: IoMode) {
         ra.frames_from(pb).len() > 2_000 && rb.frames_from(pa).len() > 2_000
     });
     b.retire(pa, Some((LAST, b"bye")), false).unwrap();
-    assert!(matches!(b.send(pa, DATA, b"late"), Err(NetError::NotConnected(_))));
+    assert!(matches!(
+        b.send(pa, DATA, b"late"),
+        Err(NetError::NotConnected(_))
+    ));
     assert!(b.peers().is_empty(), "out of b's table at once");
     let sent_by_b = sb.join().unwrap();
     // a reads b's last frame, then retires with fin: what a sent until
     // then is written before the shutdown.
     ra.wait_for("b's last frame", |ev| {
-        ev.iter().any(|e| matches!(e, Event::Frame(p, k, _) if *p == pb && *k == LAST))
+        ev.iter()
+            .any(|e| matches!(e, Event::Frame(p, k, _) if *p == pb && *k == LAST))
     });
     thread::sleep(Duration::from_millis(20)); // a keeps sending meanwhile
     a.retire(pb, None, true).unwrap();
@@ -86,8 +90,16 @@ fn retire_under_traffic(mode: IoMode) {
     let sent_by_a = sent_by_a.load(Ordering::SeqCst);
     ra.wait_for("down at a", |ev| !downs(ev).is_empty());
     rb.wait_for("down at b", |ev| !downs(ev).is_empty());
-    assert_eq!(received_in_order(&ra, pb), sent_by_b, "{mode:?}: all of b's frames");
-    assert_eq!(received_in_order(&rb, pa), sent_by_a, "{mode:?}: all of a's frames");
+    assert_eq!(
+        received_in_order(&ra, pb),
+        sent_by_b,
+        "{mode:?}: all of b's frames"
+    );
+    assert_eq!(
+        received_in_order(&rb, pa),
+        sent_by_a,
+        "{mode:?}: all of a's frames"
+    );
     // The last frame was b's last: nothing after it.
     let from_b = ra.frames_from(pb);
     assert_eq!(from_b.last().map(|f| f.0), Some(LAST));
@@ -96,13 +108,17 @@ fn retire_under_traffic(mode: IoMode) {
     assert_eq!(downs(&ra.events()).len(), 1);
     assert_eq!(downs(&rb.events()).len(), 1);
     // Retiring twice, or an unknown peer: refused.
-    assert!(matches!(a.retire(pb, None, true), Err(NetError::NotConnected(_))));
+    assert!(matches!(
+        a.retire(pb, None, true),
+        Err(NetError::NotConnected(_))
+    ));
     // A new connection between the same two nodes comes up afterwards.
     let again = a.connect(b.local_addr()).unwrap().id;
     assert_ne!(again, pb);
     a.send(again, DATA, b"again").unwrap();
     rb.wait_for("a frame on the new connection", |ev| {
-        ev.iter().any(|e| matches!(e, Event::Frame(_, _, d) if d == b"again"))
+        ev.iter()
+            .any(|e| matches!(e, Event::Frame(_, _, d) if d == b"again"))
     });
 }
 
@@ -126,12 +142,48 @@ fn an_idle_connection_retires_and_reserved_kinds_are_refused() {
     let pb = a.connect(b.local_addr()).unwrap().id;
     wait_until("b up", || b.peers().len() == 1);
     let pa = b.peers()[0].id;
-    assert!(matches!(b.retire(pa, Some((0, b"x")), false), Err(NetError::ReservedKind(0))));
+    assert!(matches!(
+        b.retire(pa, Some((0, b"x")), false),
+        Err(NetError::ReservedKind(0))
+    ));
     b.retire(pa, Some((LAST, b"bye")), false).unwrap();
     ra.wait_for("the last frame", |ev| {
-        ev.iter().any(|e| matches!(e, Event::Frame(_, k, _) if *k == LAST))
+        ev.iter()
+            .any(|e| matches!(e, Event::Frame(_, k, _) if *k == LAST))
     });
     a.retire(pb, None, true).unwrap();
     ra.wait_for("down at a", |ev| !downs(ev).is_empty());
     rb.wait_for("down at b", |ev| !downs(ev).is_empty());
+}
+
+/// Both sides retire at once without `fin` (each answered the other's
+/// request to close); each, on reading the other's last frame, retires
+/// again with `fin`, which shuts a connection already retiring: both see
+/// it closed by the peer, not timed out.
+#[test]
+fn crossed_retirements_end_by_the_second_call() {
+    init_log();
+    let (a, ra) = start(config("a", "c"));
+    let (b, rb) = start(config("b", "c"));
+    let pb = a.connect(b.local_addr()).unwrap().id;
+    wait_until("b up", || b.peers().len() == 1);
+    let pa = b.peers()[0].id;
+    a.retire(pb, Some((LAST, b"a's last")), false).unwrap();
+    b.retire(pa, Some((LAST, b"b's last")), false).unwrap();
+    let last_from = |r: &Recorder, p: PeerId| r.frames_from(p).iter().any(|(k, _)| *k == LAST);
+    wait_until("both last frames", || {
+        last_from(&ra, pb) && last_from(&rb, pa)
+    });
+    a.retire(pb, None, true).unwrap();
+    // b may have read a's EOF and closed already.
+    match b.retire(pa, None, true) {
+        Ok(()) | Err(NetError::NotConnected(_)) => {}
+        Err(e) => panic!("{e}"),
+    }
+    ra.wait_for("down at a", |ev| !downs(ev).is_empty());
+    rb.wait_for("down at b", |ev| !downs(ev).is_empty());
+    for (r, who) in [(&ra, "a"), (&rb, "b")] {
+        let d = downs(&r.events());
+        assert!(matches!(d[0].1, NetError::Closed), "{who}: {:?}", d[0].1);
+    }
 }

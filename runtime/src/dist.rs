@@ -44,6 +44,7 @@ use std::borrow::Cow;
 use std::cell::RefCell;
 use std::net::SocketAddr;
 use std::sync::{OnceLock, Weak};
+use std::time::{Duration, Instant};
 
 /// Frame kind: a message for a process.
 const KIND_DELIVER: u8 = FIRST_USER_KIND;
@@ -297,6 +298,12 @@ pub(crate) enum Ctl {
     Overlay {
         msg: crate::overlay::Msg,
     },
+    /// The sender found this connection idle and asks to close it (see
+    /// [`Dist::propose_idle_close`]).
+    IdleClose,
+    /// The answer to `IdleClose`: agreed, and the sender's last frame on
+    /// this connection.
+    IdleCloseOk,
 }
 
 /// The answer to a request a process made of another node.
@@ -377,6 +384,11 @@ pub(crate) struct Dist {
     pub(crate) mon: crate::netmon::NetMon,
     /// Frames received, by kind (deliver, ctl, alias, request): for tests.
     pub(crate) frames_in: [AtomicU64; 4],
+    /// Connections out of the table and retiring (see
+    /// [`propose_idle_close`](Dist::propose_idle_close)), by the peer's
+    /// listen address, until their loss is handled: a new connection to
+    /// that address waits for it ([`wait_retired`](Dist::wait_retired)).
+    retiring: Mutex<Vec<(SocketAddr, PeerId)>>,
 }
 
 impl Dist {
@@ -388,6 +400,7 @@ impl Dist {
             next_req: AtomicU64::new(1),
             mon: Default::default(),
             frames_in: Default::default(),
+            retiring: Mutex::new(Vec::new()),
         }
     }
 
@@ -536,18 +549,142 @@ impl Dist {
         self.close_if(node, "disconnect", |_| true)
     }
 
-    /// Closes the connection to `node` as [`disconnect`](Dist::disconnect)
-    /// does, if it is idle: nothing waits on it and its usage is still
-    /// `count`, the figure the overlay found idle. Checked under the
-    /// table's write lock, which every send holds for reading while it
-    /// queues and counts its frame, and after a monitor, link or request
-    /// is recorded: a send or a watch that raced the idle check keeps the
-    /// connection. (Frames the other side has in flight are not covered:
-    /// see the overlay's "Known defect".) `true` if closed.
-    pub(crate) fn disconnect_idle(&self, node: NodeId, count: u64) -> bool {
-        self.close_if(node, "closed idle", |p| {
-            p.usage() == count && !self.watched(node)
-        })
+    /// Asks `node` to close the connection between us, if it is idle here:
+    /// nothing waits on it and its usage is still `count`, the figure the
+    /// overlay found idle. `true` if asked.
+    ///
+    /// # The agreed idle close
+    ///
+    /// A connection closed by one side alone loses what the other side
+    /// has in flight (frames written before it saw the close, which the
+    /// closer never reads). So the close is agreed, and carried out by
+    /// `graft_net::Transport::retire`, which writes everything queued and
+    /// reads on until the peer's EOF:
+    ///
+    /// 1. This node (A) sends `IdleClose` and changes nothing else.
+    /// 2. The other (B), in [`accept_idle_close`](Dist::accept_idle_close),
+    ///    agrees if the connection is still the one in its table, nothing
+    ///    waits on it there and its overlay does not need it; it takes it
+    ///    out of its table (under the write lock, so no send of B's is
+    ///    queued after) and retires it with `IdleCloseOk` as B's last
+    ///    frame, without shutting its write side. Otherwise it does
+    ///    nothing, and A asks again when the connection is found idle
+    ///    again.
+    /// 3. A, on `IdleCloseOk` ([`idle_close_agreed`](Dist::idle_close_agreed)),
+    ///    has read everything B sent on it; it takes the connection out of
+    ///    its table and retires it with `fin`: what A queued until then is
+    ///    written, then A's write side shuts.
+    /// 4. B reads to that EOF (so everything A sent) and closes; A reads
+    ///    B's EOF and closes. Both report the loss as for any close.
+    ///
+    /// Sends made after a side took the connection out of its table go
+    /// over a new connection (auto-connect). A's proposal is not counted
+    /// as usage (it would make the connection look busy to the overlay).
+    /// With extra lanes per peer the connection is never closed idle
+    /// (`retire` does not take lanes: a lane could be read after the first
+    /// lane's EOF).
+    pub(crate) fn propose_idle_close(&self, node: NodeId, count: u64) -> bool {
+        if self.transport().is_none_or(|t| t.lanes() > 1) {
+            return false;
+        }
+        let peers = self.peers.read();
+        let Some(p) = peers.get(&node) else {
+            return false;
+        };
+        if p.usage() != count || self.watched(node) {
+            return false;
+        }
+        let mut frame = take_frame_buf();
+        graph::encode_append(
+            &Ctl::IdleClose,
+            &graph::EncodeOptions::uncompressed(),
+            &mut frame,
+        );
+        let sent = queue(&p.sender, order_key(), KIND_CTL, Cow::Borrowed(&frame[..])).is_ok();
+        put_frame_buf(frame);
+        log::debug!("graft: asked {node} to close the idle connection between us");
+        sent
+    }
+
+    /// B's half of the agreed idle close (see
+    /// [`propose_idle_close`](Dist::propose_idle_close)): `node` asked, on
+    /// connection `conn`.
+    pub(crate) fn accept_idle_close(&self, node: NodeId, conn: PeerId) {
+        let keep = self.transport().is_none_or(|t| t.lanes() > 1)
+            || self.mon.overlay().is_some_and(|o| o.keeps(node));
+        if keep {
+            log::debug!("graft: idle close of the connection to {node} refused: still needed");
+            return;
+        }
+        {
+            let mut peers = self.peers.write();
+            if peers.get(&node).is_none_or(|p| p.info.id != conn) || self.watched(node) {
+                log::debug!("graft: idle close of the connection to {node} refused: in use");
+                return;
+            }
+            let p = peers.remove(&node).expect("looked up");
+            self.retiring.lock().push((p.info.listen_addr, conn));
+        }
+        // Out of the table: no send of this node's can reach `conn` now,
+        // so the answer is its last frame.
+        log::debug!("graft: closing the idle connection to {node}, as it asked");
+        self.mon.note_down(node, conn, "closed idle".into());
+        let mut ok = Vec::new();
+        graph::encode_append(
+            &Ctl::IdleCloseOk,
+            &graph::EncodeOptions::uncompressed(),
+            &mut ok,
+        );
+        self.retire(conn, Some(&ok), false);
+    }
+
+    /// A's half of the agreed idle close: `node` agreed, and its last frame
+    /// on `conn` has been read.
+    pub(crate) fn idle_close_agreed(&self, node: NodeId, conn: PeerId) {
+        let ours = {
+            let mut peers = self.peers.write();
+            let ours = peers.get(&node).is_some_and(|p| p.info.id == conn);
+            if ours {
+                let p = peers.remove(&node).expect("looked up");
+                self.retiring.lock().push((p.info.listen_addr, conn));
+            }
+            ours
+        };
+        if ours {
+            log::debug!("graft: closing the idle connection to {node}, as agreed");
+            self.mon.note_down(node, conn, "closed idle".into());
+        }
+        // Even if no longer ours: the other side writes nothing more on it.
+        self.retire(conn, None, true);
+    }
+
+    /// Waits, at most `limit`, until no connection to the node listening
+    /// at `addr` is retiring here. A new connection opened sooner could
+    /// deliver behind the old one's last frames (the peer reads the two
+    /// sockets in no fixed order), so every connect of the runtime waits
+    /// here first: the old connection ends once each side has read all
+    /// the other wrote, about a round trip. `false` if it was still
+    /// retiring at the limit (a peer that stopped answering; the heartbeat
+    /// rules end it).
+    pub(crate) fn wait_retired(&self, addr: SocketAddr, limit: Duration) -> bool {
+        let until = Instant::now() + limit;
+        while self.retiring.lock().iter().any(|r| r.0 == addr) {
+            if Instant::now() >= until {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        true
+    }
+
+    /// Retires `conn` (see `graft_net::Transport::retire`); closes it if it
+    /// cannot be retired.
+    fn retire(&self, conn: PeerId, last: Option<&[u8]>, fin: bool) {
+        let Some(t) = self.transport() else { return };
+        if let Err(e) = t.retire(conn, last.map(|l| (KIND_CTL, l)), fin) {
+            log::debug!("graft: connection {conn} not retired ({e}); closed");
+            t.disconnect(conn);
+        }
     }
 
     /// Takes the connection to `node` out of the table if `cond` holds
@@ -1195,6 +1332,8 @@ fn on_ctl(n: &std::sync::Arc<NodeShared>, peer: &PeerInfo, from: NodeId, c: Ctl)
                 o.on_msg(n, from, &peer.name, peer.listen_addr, msg);
             }
         }
+        Ctl::IdleClose => n.dist.accept_idle_close(from, peer.id),
+        Ctl::IdleCloseOk => n.dist.idle_close_agreed(from, peer.id),
         Ctl::Peers { addrs } => {
             for a in addrs {
                 if let Ok(addr) = a.parse::<SocketAddr>() {
@@ -1291,6 +1430,7 @@ fn decode_spawn_body(body: &[u8]) -> Result<MobileFnOnce<()>, Error> {
 /// Completes everything that waited on a lost connection `peer` to `node`
 /// (run by the node loop).
 pub(crate) fn node_lost(n: &NodeShared, node: NodeId, peer: PeerId) {
+    n.dist.retiring.lock().retain(|r| r.1 != peer);
     {
         let mut peers = n.dist.peers.write();
         if peers.get(&node).is_some_and(|p| p.info.id == peer) {
@@ -1386,16 +1526,17 @@ mod tests {
     use std::time::{Duration, Instant};
 
     /// The idle close keeps a connection whose usage moved since it was
-    /// found idle, or on which a monitor waits, and closes it otherwise.
+    /// found idle, or on which a monitor waits, and closes it otherwise,
+    /// on both nodes (the other agreeing).
     #[test]
-    fn disconnect_idle_closes_only_at_the_count_it_was_found_idle_and_unwatched() {
+    fn an_idle_close_is_proposed_only_at_the_count_it_was_found_idle_and_unwatched() {
         let cfg = || NodeConfig::new("127.0.0.1:0").default_logger(false);
         let (a, b) = (Node::start(cfg()).unwrap(), Node::start(cfg()).unwrap());
         let bid = a.connect(b.addr()).unwrap();
         let d = &a.shared().dist;
         let target = b.spawn(|| crate::sleep(Duration::from_secs(30))).unwrap();
         let count = d.usage(bid);
-        assert!(!d.disconnect_idle(bid, count + 1), "usage moved");
+        assert!(!d.propose_idle_close(bid, count + 1), "usage moved");
         // A monitor waits on it: kept even at the right count.
         // A watcher that takes its monitor back after a while.
         a.spawn(move || {
@@ -1410,15 +1551,17 @@ mod tests {
             assert!(t.elapsed() < Duration::from_secs(10), "monitor recorded");
             std::thread::sleep(Duration::from_millis(5));
         }
-        assert!(!d.disconnect_idle(bid, d.usage(bid)), "watched");
+        assert!(!d.propose_idle_close(bid, d.usage(bid)), "watched");
         assert!(a.nodes().contains(&bid));
         let t = Instant::now();
         while d.watched(bid) {
             assert!(t.elapsed() < Duration::from_secs(10), "monitor gone");
             std::thread::sleep(Duration::from_millis(5));
         }
-        assert!(d.disconnect_idle(bid, d.usage(bid)));
-        assert!(!a.nodes().contains(&bid));
+        assert!(d.propose_idle_close(bid, d.usage(bid)));
+        eventually("closed on both nodes", || {
+            !a.nodes().contains(&bid) && !b.nodes().contains(&a.id())
+        });
         a.shutdown();
         b.shutdown();
     }
@@ -1487,7 +1630,8 @@ mod tests {
             .unwrap();
         }
         eventually("racing ends leave nothing", both_idle);
-        assert!(da.disconnect_idle(bid, da.usage(bid)), "idle again");
+        assert!(da.propose_idle_close(bid, da.usage(bid)), "idle again");
+        eventually("closed", || !a.nodes().contains(&bid));
         a.shutdown();
         b.shutdown();
     }

@@ -1427,6 +1427,9 @@ pub(crate) fn connect_transport(node: &NodeShared, addr: SocketAddr) -> Result<N
     if addr == t.local_addr() {
         return Ok(node.id);
     }
+    if !node.dist.wait_retired(addr, RETIRE_WAIT) {
+        log::debug!("graft: the connection to {addr} is still retiring; connecting beside it");
+    }
     let info = t.connect(addr).map_err(|e| Error::Remote(e.to_string()))?;
     let id = NodeId::from_name(&info.name);
     // The connection may be the other node's, opened at the same moment
@@ -1445,6 +1448,10 @@ pub(crate) fn connect_transport(node: &NodeShared, addr: SocketAddr) -> Result<N
 /// How long [`connect_transport`] waits for a connection the transport
 /// reports up to appear in the runtime's table.
 const PUBLISH_WAIT: Duration = Duration::from_secs(1);
+
+/// How long [`connect_transport`] waits for an idle connection to the same
+/// address to finish retiring (see `Dist::wait_retired`).
+const RETIRE_WAIT: Duration = Duration::from_secs(2);
 
 /// The name of a node started without one: `graft@<ip>:<port>` when the
 /// listen address has a fixed port (the same name, so the same [`NodeId`],

@@ -129,10 +129,10 @@ fn sixty_four_nodes_form_one_cluster_with_few_connections() {
     // demand (a monitor opens one and keeps it while it lasts; an unwatched
     // one may close when idle, see the overlay's docs). A sender whose
     // monitor fires `NoConnection` sends again, as an Erlang sender told
-    // `noconnection` would: the other side may close an idle connection
-    // while this side's first frames on it are in flight (the overlay's
-    // "Known defect"; the monitor is told). Resends are bounded
-    // (five, backing off from 50 ms) and counted.
+    // `noconnection` would: a monitor set while its connection is being
+    // closed idle (asked for, not yet agreed) is told `NoConnection`,
+    // though nothing sent is lost. Resends are bounded (five, backing off
+    // from 50 ms) and counted.
     let (tx, rx) = std::sync::mpsc::channel::<(usize, usize)>();
     let resends = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let sinks: Vec<Pid> = nodes.iter().map(|x| sink(x, tx.clone())).collect();
@@ -302,11 +302,10 @@ fn in_order_receiver(
 /// Streams between eight pairs of a 16-node cluster, sent right after it
 /// formed, in bursts with pauses about as long as the idle rule takes
 /// (`idle_close` 100 ms): on-demand connections between the pairs close
-/// and open again while the streams run. Every message arrives, in order.
-/// Ignored: the known defect of `overlay.rs` (a unilateral idle close with
-/// frames in flight; docs/decisions.md, h-loss).
+/// and open again while the streams run. Every message arrives, in order
+/// (a unilateral idle close lost 211 of them once; see the overlay's
+/// "Closing an idle connection loses nothing").
 #[test]
-#[ignore = "known defect: Topology::Partial can lose messages when an idle connection is closed (see overlay.rs)"]
 fn no_message_is_lost_or_reordered_between_pairs() {
     let _s = serial();
     let n = 16;
@@ -388,13 +387,10 @@ fn monitor_nodes_follows_membership() {
 /// two) and closes the idle on-demand link between them (`idle_close`
 /// 100 ms; the streams pause between bursts so that closes land on
 /// and around the bursts: most pauses last 100 to 150 ms, just as long as
-/// it takes the idle rule to fire, every tenth 550 ms, past the 500 ms of a
-/// connection the overlay opened for itself). Every message arrives once,
-/// in order. Ignored: a close landing on a burst loses the frames in flight
-/// (the known defect of `overlay.rs`; one run in ten or so on an idle
-/// machine, see docs/decisions.md, h-loss).
+/// it takes the idle rule to fire, every tenth 550 ms). Every message
+/// arrives once, in order. (With the unilateral close of before, a close
+/// landing on a burst lost the frames in flight, about one run in ten.)
 #[test]
-#[ignore = "known defect: Topology::Partial can lose messages when an idle connection is closed (see overlay.rs)"]
 fn streams_survive_eviction_and_idle_close() {
     let _s = serial();
     let _ = env_logger::builder().is_test(true).try_init();
@@ -441,16 +437,22 @@ fn streams_survive_eviction_and_idle_close() {
     // views of two, until `b` has been evicted from `a`'s active view and
     // the link between them closed, each at least once (`a` is watched).
     let (bid, bname) = (b.id(), b.name().to_string());
-    let (mut was_active, mut was_connected) = (false, false);
+    // A close is seen as the link gone, or as a new link (its frame
+    // counts start again), since a close and the reconnect of the next
+    // burst can both fall between two looks.
+    let (mut was_active, mut was_connected, mut last_frames) = (false, false, 0u64);
     let (mut evictions, mut closes) = (0u32, 0u32);
     let mut others = Vec::new();
     let mut next_join = Instant::now() + Duration::from_millis(700);
     let (t, mut ended) = (Instant::now(), 0);
     while ended < 2 {
         let active = a.overlay_view().unwrap().active.contains(&bid);
-        let connected = a.stats().peers.iter().any(|p| p.name == bname);
+        let link = a.stats().peers.into_iter().find(|p| p.name == bname);
+        let connected = link.is_some();
+        let frames = link.map_or(0, |p| p.frames_in + p.frames_out);
         evictions += u32::from(was_active && !active);
-        closes += u32::from(was_connected && !connected);
+        closes += u32::from(was_connected && (!connected || frames < last_frames));
+        last_frames = frames;
         (was_active, was_connected) = (active, connected);
         let enough = others.len() >= 4 && evictions > 0 && closes > 0;
         if others.len() < 10 && !enough && Instant::now() >= next_join {

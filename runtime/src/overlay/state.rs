@@ -74,7 +74,8 @@ pub(super) const ASK_BACKOFF: Duration = Duration::from_secs(1);
 /// Cluster size up to which each node checks one member outside its active
 /// view every `probe_every`; past it the interval grows with the size.
 pub(super) const PROBE_SCALE: usize = 32;
-/// How long a connection the overlay opened for itself may stay silent.
+/// How long a connection the overlay opened for itself may stay silent
+/// (or `idle_close`, if shorter).
 pub(super) const BRIEF_IDLE: Duration = Duration::from_millis(500);
 
 /// What a node knows of a member.
@@ -124,7 +125,8 @@ pub(super) struct State {
     /// one-sided), and when.
     pub(super) told: AHashMap<NodeId, Instant>,
     /// On-demand connections the overlay opened for itself (a probe, a
-    /// walk's answer): closed after [`BRIEF_IDLE`] of silence.
+    /// walk's answer): closed after [`BRIEF_IDLE`] of silence (or
+    /// `idle_close`, if shorter).
     pub(super) brief: ahash::AHashSet<NodeId>,
     pub(super) rng: u64,
     pub(super) last_shuffle: Instant,
@@ -142,8 +144,9 @@ pub(super) struct Out {
     pub(super) send: Vec<(NodeId, Msg)>,
     pub(super) disconnect: Vec<NodeId>,
     /// Idle connections to close, each with the usage count it was idle
-    /// at: closed only if that count still holds when the close is done
-    /// (see [`Dist::disconnect_idle`](crate::dist::Dist::disconnect_idle)).
+    /// at: the close is proposed to the other side only if that count
+    /// still holds then, and done only if it agrees (see
+    /// [`Dist::propose_idle_close`](crate::dist::Dist::propose_idle_close)).
     pub(super) close_idle: Vec<(NodeId, u64)>,
     pub(super) up: Vec<(NodeId, String, SocketAddr)>,
     pub(super) down: Vec<NodeId>,
@@ -764,8 +767,9 @@ pub(super) fn tick(
             st.usage.insert(*id, (*count, now));
             continue;
         }
+        // A brief link never outlives the configured limit either.
         let limit = if st.brief.contains(id) {
-            BRIEF_IDLE
+            BRIEF_IDLE.min(cfg.idle_close)
         } else {
             cfg.idle_close
         };
@@ -946,7 +950,7 @@ mod tests {
 
     /// An idle on-demand connection is proposed for closing with the count
     /// it was idle at (the close itself rechecks that count, see
-    /// `Dist::disconnect_idle`); a watched or busy one is not.
+    /// `Dist::propose_idle_close`); a watched or busy one is not.
     #[test]
     fn an_idle_connection_is_closed_with_its_count_a_watched_or_busy_one_kept() {
         let cfg = cfg();
