@@ -205,7 +205,10 @@ fn run(direct: [bool; 3], first: bool, then_fin: bool, bug: bool) {
             want.push(FIN);
         }
         let wire = c.wire.lock().unwrap().clone();
-        assert!(left.is_empty(), "frames queued after the last frame: {left:?}");
+        assert!(
+            left.is_empty(),
+            "frames queued after the last frame: {left:?}"
+        );
         assert_eq!(wire, want, "accepted frames, the last frame, the shutdown");
     });
 }

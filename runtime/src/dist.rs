@@ -546,7 +546,17 @@ impl Dist {
     ///
     /// [`Node::connect`]: crate::Node::connect
     pub(crate) fn disconnect(&self, node: NodeId) -> bool {
-        self.close_if(node, "disconnect", |_| true)
+        let Some(t) = self.transport() else {
+            return false;
+        };
+        // Out of `nodes()` at once; the loss itself completes on the node
+        // loop, as any other (`node_lost`).
+        let Some(peer) = self.peers.write().remove(&node) else {
+            return false;
+        };
+        self.mon.note_down(node, peer.info.id, "disconnect".into());
+        t.disconnect(peer.info.id);
+        true
     }
 
     /// Asks `node` to close the connection between us, if it is idle here:
@@ -602,7 +612,9 @@ impl Dist {
         );
         let sent = queue(&p.sender, order_key(), KIND_CTL, Cow::Borrowed(&frame[..])).is_ok();
         put_frame_buf(frame);
-        log::debug!("graft: asked {node} to close the idle connection between us");
+        if sent {
+            log::debug!("graft: asked {node} to close the idle connection between us");
+        }
         sent
     }
 
@@ -685,26 +697,6 @@ impl Dist {
             log::debug!("graft: connection {conn} not retired ({e}); closed");
             t.disconnect(conn);
         }
-    }
-
-    /// Takes the connection to `node` out of the table if `cond` holds
-    /// for it (under the table's write lock) and closes it.
-    fn close_if(&self, node: NodeId, reason: &str, cond: impl FnOnce(&Peer) -> bool) -> bool {
-        let Some(t) = self.transport() else {
-            return false;
-        };
-        // Out of `nodes()` at once; the loss itself completes on the node
-        // loop, as any other (`node_lost`).
-        let peer = {
-            let mut peers = self.peers.write();
-            if !peers.get(&node).is_some_and(cond) {
-                return false;
-            }
-            peers.remove(&node).expect("looked up")
-        };
-        self.mon.note_down(node, peer.info.id, reason.into());
-        t.disconnect(peer.info.id);
-        true
     }
 
     /// Sends an encoded message to a remote pid (dropped if its node or its
@@ -1632,6 +1624,44 @@ mod tests {
         eventually("racing ends leave nothing", both_idle);
         assert!(da.propose_idle_close(bid, da.usage(bid)), "idle again");
         eventually("closed", || !a.nodes().contains(&bid));
+        a.shutdown();
+        b.shutdown();
+    }
+
+    /// Both nodes ask to close the idle connection at once: each agrees to
+    /// the other's request, and the connection still ends at once on both
+    /// (the second `retire`, with `fin`, shuts one already retiring), not
+    /// at the heartbeat timeout; a message sent afterwards goes over a new
+    /// connection.
+    #[test]
+    fn crossed_idle_closes_end_at_once_and_a_new_connection_follows() {
+        let cfg = || {
+            NodeConfig::new("127.0.0.1:0")
+                .default_logger(false)
+                .heartbeat(Duration::from_secs(20))
+        };
+        let (a, b) = (Node::start(cfg()).unwrap(), Node::start(cfg()).unwrap());
+        let bid = a.connect(b.addr()).unwrap();
+        let aid = a.id();
+        eventually("connected both ways", || b.nodes().contains(&aid));
+        let (da, db) = (&a.shared().dist, &b.shared().dist);
+        assert!(da.propose_idle_close(bid, da.usage(bid)));
+        assert!(db.propose_idle_close(aid, db.usage(aid)));
+        let t = Instant::now();
+        eventually("closed on both nodes", || {
+            !a.nodes().contains(&bid) && !b.nodes().contains(&aid)
+        });
+        // Ended, not waiting for a heartbeat timeout (20 s × misses).
+        eventually("retired on both nodes", || {
+            da.retiring.lock().is_empty() && db.retiring.lock().is_empty()
+        });
+        assert!(t.elapsed() < Duration::from_secs(10));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let sink = b
+            .spawn(move || tx.send(crate::expect::<u32>()).unwrap())
+            .unwrap();
+        a.run(move || crate::send(sink, 7u32)).unwrap();
+        assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok(7));
         a.shutdown();
         b.shutdown();
     }
