@@ -12,14 +12,35 @@ use std::thread;
 use std::time::Duration;
 
 use common::*;
-use graft_net::{IoMode, NetError, PeerId, FIRST_USER_KIND};
+use graft_net::{IoMode, NetError, PeerId, Transport, FIRST_USER_KIND};
 
 const DATA: u8 = FIRST_USER_KIND;
 const LAST: u8 = FIRST_USER_KIND + 1;
 
+/// Two transports on `mode`, connected: each with its recorder and its
+/// id of the other.
+fn pair(
+    mode: IoMode,
+) -> (
+    Transport,
+    Arc<Recorder>,
+    PeerId,
+    Transport,
+    Arc<Recorder>,
+    PeerId,
+) {
+    init_log();
+    let (a, ra) = start(config("a", "c").io(mode));
+    let (b, rb) = start(config("b", "c").io(mode));
+    let pb = a.connect(b.local_addr()).unwrap().id;
+    wait_until("b up", || b.peers().len() == 1);
+    let pa = b.peers()[0].id;
+    (a, ra, pb, b, rb, pa)
+}
+
 /// Sends numbered frames to `peer` until a send fails or `stop`; the
 /// number sent.
-fn stream(t: &graft_net::Transport, peer: PeerId, stop: &AtomicBool) -> u64 {
+fn stream(t: &Transport, peer: PeerId, stop: &AtomicBool) -> u64 {
     let mut n = 0u64;
     while !stop.load(Ordering::Relaxed) {
         match t.send(peer, DATA, &n.to_le_bytes()) {
@@ -48,12 +69,7 @@ fn received_in_order(r: &Recorder, peer: PeerId) -> u64 {
 }
 
 fn retire_under_traffic(mode: IoMode) {
-    init_log();
-    let (a, ra) = start(config("a", "c").io(mode));
-    let (b, rb) = start(config("b", "c").io(mode));
-    let pb = a.connect(b.local_addr()).unwrap().id;
-    wait_until("b up", || b.peers().len() == 1);
-    let pa = b.peers()[0].id;
+    let (a, ra, pb, b, rb, pa) = pair(mode);
     let stop = Arc::new(AtomicBool::new(false));
     let (a, b) = (Arc::new(a), Arc::new(b));
     let sent_by_a = Arc::new(AtomicU64::new(0));
@@ -136,12 +152,7 @@ fn retiring_under_traffic_loses_nothing_with_threads() {
 /// hang guard, and the reserved kinds are refused as a last frame.
 #[test]
 fn an_idle_connection_retires_and_reserved_kinds_are_refused() {
-    init_log();
-    let (a, ra) = start(config("a", "c"));
-    let (b, rb) = start(config("b", "c"));
-    let pb = a.connect(b.local_addr()).unwrap().id;
-    wait_until("b up", || b.peers().len() == 1);
-    let pa = b.peers()[0].id;
+    let (a, ra, pb, b, rb, pa) = pair(IoMode::DEFAULT);
     assert!(matches!(
         b.retire(pa, Some((0, b"x")), false),
         Err(NetError::ReservedKind(0))
@@ -162,12 +173,7 @@ fn an_idle_connection_retires_and_reserved_kinds_are_refused() {
 /// it closed by the peer, not timed out.
 #[test]
 fn crossed_retirements_end_by_the_second_call() {
-    init_log();
-    let (a, ra) = start(config("a", "c"));
-    let (b, rb) = start(config("b", "c"));
-    let pb = a.connect(b.local_addr()).unwrap().id;
-    wait_until("b up", || b.peers().len() == 1);
-    let pa = b.peers()[0].id;
+    let (a, ra, pb, b, rb, pa) = pair(IoMode::DEFAULT);
     a.retire(pb, Some((LAST, b"a's last")), false).unwrap();
     b.retire(pa, Some((LAST, b"b's last")), false).unwrap();
     let last_from = |r: &Recorder, p: PeerId| r.frames_from(p).iter().any(|(k, _)| *k == LAST);
