@@ -21,8 +21,9 @@
 //! Every node knows every member's name, address and *incarnation* (SWIM):
 //! a joiner gets the contact's whole list, news (a member up, a member
 //! down) is flooded over the active view (a node forwards only what changed
-//! its own list, so a flood ends), and each node pushes its whole list to
-//! one active neighbour now and then (anti-entropy). A newer incarnation
+//! its own list, so a flood ends), and each node sends a digest of its list
+//! to one active neighbour now and then; the two exchange whole lists only
+//! when the digests differ (anti-entropy). A newer incarnation
 //! wins; at equal incarnations "down" wins. A node told that it is down
 //! answers with a newer incarnation, so a false suspicion (a partition that
 //! healed) is undone. [`nodes`](crate::nodes) lists the members that are up.
@@ -424,7 +425,10 @@ impl Overlay {
                         out.send
                             .push((from, Msg::NeighborReply { accepted: false }));
                     }
-                    if !matches!(msg, Msg::Gossip { .. } | Msg::Sync { .. }) {
+                    if !matches!(
+                        msg,
+                        Msg::Gossip { .. } | Msg::Sync { .. } | Msg::SyncDigest { .. }
+                    ) {
                         return;
                     }
                 }

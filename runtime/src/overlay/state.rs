@@ -50,6 +50,14 @@ pub(crate) enum Msg {
         members: Vec<Member>,
         reply: bool,
     },
+    /// The periodic anti-entropy, first as a digest of the sender's list
+    /// (`State::digest`): the whole lists are exchanged (`Sync` with a
+    /// reply) only when the digests differ, so a settled cluster does not
+    /// send every member to a neighbour every `sync_every` (N² entries a
+    /// period, cluster-wide).
+    SyncDigest {
+        digest: u64,
+    },
     ProbeReq {
         suspect: Member,
     },
@@ -234,6 +242,29 @@ impl State {
         let mut v: Vec<Member> = self.members.values().map(Known::wire).collect();
         v.push(self.me.clone());
         v
+    }
+
+    /// A digest of what [`all`](State::all) would send, in any order: the
+    /// XOR of one mixed hash per member (its name's id, incarnation and
+    /// up/down). Two nodes that know the same records have the same
+    /// digest; a difference in any record changes it (but for a 64-bit
+    /// collision, after which the next difference or a probe's `Sync`
+    /// still heals). Addresses are left out: a node's address is fixed for
+    /// an incarnation.
+    pub(super) fn digest(&self) -> u64 {
+        let one = |id: NodeId, inc: u64, up: bool| {
+            // splitmix64's finaliser over the three fields.
+            let mut z =
+                id.0 ^ inc.rotate_left(32) ^ u64::from(up).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^ (z >> 31)
+        };
+        let mut d = one(self.me_id, self.me.inc, self.me.up);
+        for (id, k) in &self.members {
+            d ^= one(*id, k.inc, k.up);
+        }
+        d
     }
 
     pub(super) fn add_passive(&mut self, id: NodeId, cfg: &OverlayConfig) {
@@ -604,6 +635,17 @@ pub(super) fn handle(
                 merge(st, out, m);
             }
         }
+        Msg::SyncDigest { digest } => {
+            if digest != st.digest() {
+                out.send.push((
+                    from,
+                    Msg::Sync {
+                        members: st.all(),
+                        reply: true,
+                    },
+                ));
+            }
+        }
         Msg::Sync { members, reply } => {
             for m in &members {
                 merge(st, out, m);
@@ -716,9 +758,8 @@ pub(super) fn tick(
         if let Some(to) = st.pick(&active, &[]) {
             out.send.push((
                 to,
-                Msg::Sync {
-                    members: st.all(),
-                    reply: true,
+                Msg::SyncDigest {
+                    digest: st.digest(),
                 },
             ));
         }
@@ -833,6 +874,69 @@ mod tests {
     }
 
     const NOT_CONNECTED: &dyn Fn(NodeId) -> bool = &|_| false;
+
+    /// Two nodes that know the same records have the same digest, whatever
+    /// the order they learnt them in; a digest that differs is answered
+    /// with the whole list (and a reply asked for), an equal one with
+    /// nothing. The periodic anti-entropy sends the digest.
+    #[test]
+    fn the_anti_entropy_sends_a_digest_and_whole_lists_only_when_they_differ() {
+        let learn = |st: &mut State, m: Member| {
+            st.merge(&m, NOT_CONNECTED, &mut Out::default());
+        };
+        let (mut a, mut b) = (state("a"), state("b"));
+        learn(&mut a, member("x", 5, true));
+        learn(&mut a, member("b", 10, true));
+        learn(&mut b, member("a", 10, true));
+        learn(&mut b, member("x", 5, true));
+        assert_eq!(a.digest(), b.digest());
+        let mut out = Out::default();
+        let digest = b.digest();
+        handle(
+            &mut a,
+            &cfg(),
+            &mut out,
+            id("b"),
+            Msg::SyncDigest { digest },
+            NOT_CONNECTED,
+        );
+        assert!(out.send.is_empty(), "the same records: nothing to send");
+        // b learns that x went down: the digests differ.
+        learn(&mut b, member("x", 5, false));
+        assert_ne!(a.digest(), b.digest());
+        let digest = b.digest();
+        handle(
+            &mut a,
+            &cfg(),
+            &mut out,
+            id("b"),
+            Msg::SyncDigest { digest },
+            NOT_CONNECTED,
+        );
+        assert!(matches!(
+            sent_to(&out, id("b"))[..],
+            [Msg::Sync { reply: true, ref members }] if members.len() == 3
+        ));
+        // A newer incarnation changes it too.
+        let before = a.digest();
+        learn(&mut a, member("x", 6, true));
+        assert_ne!(a.digest(), before);
+        // The periodic sync sends the digest, not the list.
+        let mut a = state("a");
+        let n = know(&mut a, "n");
+        a.active.push(n);
+        a.last_sync = Instant::now() - Duration::from_secs(60);
+        let mut out = Out::default();
+        tick(&mut a, &cfg(), &mut out, &[]);
+        let d = a.digest();
+        assert!(
+            sent_to(&out, n)
+                .iter()
+                .any(|m| matches!(m, Msg::SyncDigest { digest } if *digest == d)),
+            "{:?}",
+            out.send
+        );
+    }
 
     #[test]
     fn a_join_takes_the_joiner_and_starts_walks_on_the_other_neighbours() {
