@@ -60,6 +60,16 @@ struct Host {
     lines: std::sync::mpsc::Receiver<String>,
 }
 
+/// A host outlives neither a finished run nor a failed one (a panic here
+/// unwinds through this): one left behind holds hundreds of nodes' threads
+/// and would load every later run on the machine.
+impl Drop for Host {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 impl Host {
     fn expect(&self, prefix: &str) -> String {
         loop {
