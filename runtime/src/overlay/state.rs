@@ -890,29 +890,25 @@ mod tests {
         learn(&mut b, member("a", 10, true));
         learn(&mut b, member("x", 5, true));
         assert_eq!(a.digest(), b.digest());
+        // a is sent b's digest.
+        let told = |a: &mut State, b: &State, out: &mut Out| {
+            let digest = b.digest();
+            handle(
+                a,
+                &cfg(),
+                out,
+                id("b"),
+                Msg::SyncDigest { digest },
+                NOT_CONNECTED,
+            );
+        };
         let mut out = Out::default();
-        let digest = b.digest();
-        handle(
-            &mut a,
-            &cfg(),
-            &mut out,
-            id("b"),
-            Msg::SyncDigest { digest },
-            NOT_CONNECTED,
-        );
+        told(&mut a, &b, &mut out);
         assert!(out.send.is_empty(), "the same records: nothing to send");
         // b learns that x went down: the digests differ.
         learn(&mut b, member("x", 5, false));
         assert_ne!(a.digest(), b.digest());
-        let digest = b.digest();
-        handle(
-            &mut a,
-            &cfg(),
-            &mut out,
-            id("b"),
-            Msg::SyncDigest { digest },
-            NOT_CONNECTED,
-        );
+        told(&mut a, &b, &mut out);
         assert!(matches!(
             sent_to(&out, id("b"))[..],
             [Msg::Sync { reply: true, ref members }] if members.len() == 3
