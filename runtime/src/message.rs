@@ -50,7 +50,9 @@ pub trait Message: Send + 'static {
         None
     }
 
-    /// Encodes for another node: `(descriptor hash, bytes)`.
+    /// Encodes for another node: `(descriptor hash, bytes)`. Provided from
+    /// [`encode_remote_into`](Message::encode_remote_into), which is the
+    /// one to implement: a remote `send` encodes with that alone.
     #[doc(hidden)]
     fn encode_remote(&self) -> Result<(u64, Vec<u8>), Error> {
         let mut out = Vec::with_capacity(64);
