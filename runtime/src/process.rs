@@ -579,20 +579,14 @@ impl Process {
     ) -> Result<bool, Mail> {
         let signal = matches!(mail, Mail::Signal { .. });
         let flagged = matches!(mail, Mail::Signal { .. } | Mail::Down(_));
-        let cap = match &self.limit {
-            Some(l) if !flagged => l.max.saturating_sub(l.saved_len.load(Ordering::Relaxed)),
-            _ => usize::MAX,
-        };
+        let cap = if flagged { usize::MAX } else { self.room() };
         let len = match self.mailbox.push_within(mail, flagged, cap) {
             Ok(len) => len,
             Err((mail, false)) => return Err(mail),
             Err((mail, true)) => return Ok(self.over_limit(mail)),
         };
-        if let Some(n) = node {
-            let on = n.sysmon.lmq_on.load(Ordering::Relaxed);
-            if on != 0 && len >= on && !flagged {
-                self.long_queue(n, len);
-            }
+        if let Some(n) = node.filter(|_| !flagged) {
+            self.watch_len(n, len);
         }
         if signal {
             self.has_signal.store(true, Ordering::Release);
@@ -610,11 +604,7 @@ impl Process {
         batch: &mut Vec<Mail>,
         node: &crate::node::NodeShared,
     ) -> Option<bool> {
-        let cap = match &self.limit {
-            Some(l) => l.max.saturating_sub(l.saved_len.load(Ordering::Relaxed)),
-            None => usize::MAX,
-        };
-        let (len, pushed) = self.mailbox.push_many_within(batch, cap)?;
+        let (len, pushed) = self.mailbox.push_many_within(batch, self.room())?;
         let mut wake = false;
         for mail in batch.drain(..) {
             wake |= self.over_limit(mail);
@@ -622,11 +612,27 @@ impl Process {
         if pushed == 0 {
             return Some(wake);
         }
+        self.watch_len(node, len);
+        Some(self.state.wake() || wake)
+    }
+
+    /// How many more messages the mailbox limit lets in (no limit: all).
+    #[inline(always)]
+    fn room(&self) -> usize {
+        match &self.limit {
+            Some(l) => l.max.saturating_sub(l.saved_len.load(Ordering::Relaxed)),
+            None => usize::MAX,
+        }
+    }
+
+    /// The mailbox holds `len` after a push: tell the system monitor if that
+    /// reaches its `long_message_queue` threshold.
+    #[inline(always)]
+    fn watch_len(&self, node: &crate::node::NodeShared, len: usize) {
         let on = node.sysmon.lmq_on.load(Ordering::Relaxed);
         if on != 0 && len >= on {
             self.long_queue(node, len);
         }
-        Some(self.state.wake() || wake)
     }
 
     /// A message found the mailbox at its limit: drop it (counted), and with
