@@ -365,11 +365,7 @@ impl Overlay {
     /// neighbour, a join or probe under way): an idle close it is asked
     /// for is refused then (see `Dist::accept_idle_close`).
     pub(crate) fn keeps(&self, id: NodeId) -> bool {
-        let st = self.st.lock();
-        st.active.contains(&id)
-            || st.asking.contains_key(&id)
-            || st.connecting.contains_key(&id)
-            || st.suspects.contains_key(&id)
+        self.st.lock().needs(id)
     }
 
     /// A connection went (run by the node loop).

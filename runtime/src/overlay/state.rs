@@ -267,6 +267,16 @@ impl State {
         d
     }
 
+    /// Whether the connection to `id` is needed whatever its traffic: an
+    /// active neighbour, a join asked, messages waiting for a connect, a
+    /// suspect being probed. Never closed idle (nor agreed to be).
+    pub(super) fn needs(&self, id: NodeId) -> bool {
+        self.active.contains(&id)
+            || self.asking.contains_key(&id)
+            || self.connecting.contains_key(&id)
+            || self.suspects.contains_key(&id)
+    }
+
     pub(super) fn add_passive(&mut self, id: NodeId, cfg: &OverlayConfig) {
         if id == self.me_id || self.active.contains(&id) || self.passive.contains(&id) {
             return;
@@ -800,11 +810,7 @@ pub(super) fn tick(
     }
     // Close idle on-demand connections.
     for (id, count, watched) in usage {
-        if st.active.contains(id)
-            || st.asking.contains_key(id)
-            || st.connecting.contains_key(id)
-            || st.suspects.contains_key(id)
-        {
+        if st.needs(*id) {
             st.usage.insert(*id, (*count, now));
             continue;
         }
