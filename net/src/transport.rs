@@ -162,9 +162,10 @@ struct Inner {
     stats: Stats,
     /// Inbound peers whose extra lanes are coming in (see "Lanes").
     forming: Mutex<Vec<Forming>>,
-    /// Connections retired without `fin`, which a second `retire` may ask
-    /// to shut down (both sides asked to close at once); dead ones are
-    /// dropped at each `retire`.
+    /// Connections retired and not closed yet: a second `retire` may ask
+    /// one retired without `fin` to shut down (both sides asked to close at
+    /// once), and `retiring_to` tells a new connection to wait. Closed ones
+    /// are dropped at each `retire`.
     retiring: Mutex<Vec<(PeerId, std::sync::Weak<Conn>)>>,
 }
 
@@ -430,12 +431,23 @@ impl Transport {
         self.inner.remove(&conn);
         if conn.finish(last, fin) {
             let mut r = self.inner.retiring.lock();
-            r.retain(|(_, c)| c.strong_count() > 0);
+            r.retain(|(_, c)| c.upgrade().is_some_and(|c| !c.is_closed()));
             r.push((peer, Arc::downgrade(&conn)));
             Ok(())
         } else {
             Err(NetError::NotConnected(peer))
         }
+    }
+
+    /// Whether a connection to the node listening at `addr` was retired
+    /// here and is still open (this side has not read the peer's EOF). A
+    /// new connection to it opened now could be read by the peer before
+    /// the old one's last frames; one opened once this is `false` comes
+    /// after everything the old one carried either way.
+    pub fn retiring_to(&self, addr: SocketAddr) -> bool {
+        (self.inner.retiring.lock().iter())
+            .filter_map(|(_, c)| c.upgrade())
+            .any(|c| c.info.listen_addr == addr && !c.is_closed())
     }
 
     /// The peers that are up (`peer_up` called, connection not closed), by id.

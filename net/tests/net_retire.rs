@@ -149,7 +149,8 @@ fn retiring_under_traffic_loses_nothing_with_threads() {
 }
 
 /// A retiring connection with nothing queued ends on both sides within the
-/// hang guard, and the reserved kinds are refused as a last frame.
+/// hang guard (`retiring_to` says so), and the reserved kinds are refused
+/// as a last frame.
 #[test]
 fn an_idle_connection_retires_and_reserved_kinds_are_refused() {
     let (a, ra, pb, b, rb, pa) = pair(IoMode::DEFAULT);
@@ -157,7 +158,12 @@ fn an_idle_connection_retires_and_reserved_kinds_are_refused() {
         b.retire(pa, Some((0, b"x")), false),
         Err(NetError::ReservedKind(0))
     ));
+    assert!(!b.retiring_to(a.local_addr()));
     b.retire(pa, Some((LAST, b"bye")), false).unwrap();
+    assert!(
+        b.retiring_to(a.local_addr()),
+        "retiring until the peer's EOF"
+    );
     ra.wait_for("the last frame", |ev| {
         ev.iter()
             .any(|e| matches!(e, Event::Frame(_, k, _) if *k == LAST))
@@ -165,6 +171,7 @@ fn an_idle_connection_retires_and_reserved_kinds_are_refused() {
     a.retire(pb, None, true).unwrap();
     ra.wait_for("down at a", |ev| !downs(ev).is_empty());
     rb.wait_for("down at b", |ev| !downs(ev).is_empty());
+    assert!(!a.retiring_to(b.local_addr()) && !b.retiring_to(a.local_addr()));
 }
 
 /// Both sides retire at once without `fin` (each answered the other's
