@@ -62,6 +62,42 @@
 //! making no progress for the peer's dead window fails the connection, as
 //! the writer thread's write timeout does.
 //!
+//! # Helpers
+//!
+//! Any thread may serve an I/O thread's established connections for a
+//! moment ([`Transport::poll_ready`](crate::Transport::poll_ready)): the
+//! runtime's workers do, while they spin for work, so that a frame goes
+//! from the socket to the process it wakes on one thread (BEAM's schedulers
+//! poll their sockets too). Without it every frame waits for the I/O thread
+//! to be woken and scheduled: on a machine whose cores the spinning workers
+//! hold, about 9 µs each way (`docs/decisions.md`).
+//!
+//! The connections live in [`IoThread::shared`]. The I/O thread takes that
+//! lock after each wait and holds it while it serves; it holds no other
+//! lock while it takes it. A helper only `try_lock`s it (an I/O thread
+//! busy serving is skipped, never waited for), then takes the events ready
+//! now with a zero-timeout `epoll_wait` ([`Poller::peek`]) and serves the
+//! connections' events exactly as the I/O thread does. Three rules keep
+//! the I/O thread's view whole:
+//!
+//! * Readiness is level-triggered: what a helper served is not reported
+//!   again (the socket is drained); what it did not (the listener, pending
+//!   handshakes, anything it skipped) is reported to the I/O thread's next
+//!   wait, so a helper can never consume another's event.
+//! * A helper never drains the poller's `eventfd`: a `notify` (a new
+//!   connection in the inbox, shutdown) is left for the I/O thread.
+//! * A connection a helper left with more to read goes on `again` and the
+//!   helper notifies the poller: bytes already taken into the record layer
+//!   are not socket readiness, and the I/O thread must revisit them
+//!   without waiting.
+//!
+//! Frames of one connection are read and delivered under the one lock, by
+//! one thread at a time, so their order is kept. Handlers then run on
+//! whichever thread served the event: they already must not block (they
+//! run on an I/O thread), and the runtime's send path never suspends a
+//! worker on a busy peer. The loom model `loom-tests/tests/io_helpers.rs`
+//! checks the three rules.
+//!
 //! # Timers
 //!
 //! No timer per connection: the I/O thread scans its connections every
@@ -91,6 +127,7 @@
 //! (nothing is added to an inbox once closed: the hand-over checks under
 //! the transport's lock) and returns; shutdown joins it.
 
+use std::collections::HashMap;
 use std::net::TcpStream;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::Arc;
@@ -101,7 +138,7 @@ use parking_lot::Mutex;
 use crate::conn::{Conn, WriteState};
 use crate::frag::Reassembly;
 use crate::frame::{Decoder, Fill};
-use crate::poll::{Poller, Registered};
+use crate::poll::{Events, Poller, Registered};
 use crate::session::SealedReader;
 use crate::{Handler, NetError};
 
@@ -119,6 +156,18 @@ pub(crate) struct IoThread {
     pub(crate) poller: Poller,
     /// Connections handed to this thread, not registered yet.
     pub(crate) inbox: Mutex<Vec<(Arc<Conn>, Reader)>>,
+    /// Its established connections: the I/O thread's while it serves
+    /// events, a helper's while one holds the lock (see "Helpers").
+    pub(crate) shared: Mutex<IoShared>,
+}
+
+/// What an I/O thread and its helpers serve connections with.
+pub(crate) struct IoShared {
+    pub(crate) conns: HashMap<usize, IoConn>,
+    /// Connections with more to read: visited again at the next turn.
+    pub(crate) again: Vec<usize>,
+    /// A helper's events.
+    pub(crate) events: Events,
 }
 
 thread_local! {
@@ -131,6 +180,11 @@ impl IoThread {
         Ok(IoThread {
             poller: Poller::new()?,
             inbox: Mutex::new(Vec::new()),
+            shared: Mutex::new(IoShared {
+                conns: HashMap::new(),
+                again: Vec::new(),
+                events: Events::new(),
+            }),
         })
     }
 

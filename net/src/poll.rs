@@ -106,6 +106,15 @@ impl Poller {
         Ok(events.list.len())
     }
 
+    /// The events ready now, without waiting, for a thread that helps the
+    /// owner (the one that [`wait`](Poller::wait)s): a
+    /// [`notify`](Poller::notify) is left for the owner to see.
+    pub(crate) fn peek(&self, events: &mut Events) -> io::Result<usize> {
+        events.list.clear();
+        self.0.peek(&mut events.raw, &mut events.list)?;
+        Ok(events.list.len())
+    }
+
     /// Wakes the thread blocked in [`wait`](Poller::wait), or makes its
     /// next wait return at once.
     pub(crate) fn notify(&self) -> io::Result<()> {
@@ -258,6 +267,23 @@ mod sys {
                 None => -1,
                 Some(d) => d.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as i32,
             };
+            self.take(raw, out, ms, true)
+        }
+
+        /// Level-triggered, so what is reported here is reported again to
+        /// the owner's next wait unless it was served meanwhile; the
+        /// eventfd is not drained.
+        pub(super) fn peek(&self, raw: &mut RawEvents, out: &mut Vec<Event>) -> io::Result<()> {
+            self.take(raw, out, 0, false)
+        }
+
+        fn take(
+            &self,
+            raw: &mut RawEvents,
+            out: &mut Vec<Event>,
+            ms: libc::c_int,
+            drain: bool,
+        ) -> io::Result<()> {
             let buf = &mut raw.0;
             buf.clear();
             #[allow(unsafe_code)]
@@ -278,7 +304,9 @@ mod sys {
                 // Copied out: the struct is packed on x86-64.
                 let (flags, data) = (ev.events, ev.u64);
                 if data == NOTIFY {
-                    self.drain();
+                    if drain {
+                        self.drain();
+                    }
                     continue;
                 }
                 out.push(Event {
@@ -421,6 +449,12 @@ mod sys {
                 readable: e.readable,
                 writable: e.writable,
             }));
+            Ok(())
+        }
+
+        /// Helpers are a Linux optimisation: elsewhere (where the owner's
+        /// wait may be oneshot) they find nothing, and the owner serves all.
+        pub(super) fn peek(&self, _raw: &mut RawEvents, _out: &mut Vec<Event>) -> io::Result<()> {
             Ok(())
         }
 

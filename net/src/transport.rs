@@ -81,7 +81,7 @@ use crate::conn::{Conn, READ_BUF};
 use crate::cookie::resolve_cookie;
 use crate::frame::Decoder;
 use crate::handshake::{self, Handshake, Hello, Identity, Outcome};
-use crate::io::{IoConn, IoThread, Reader};
+use crate::io::{IoConn, IoShared, IoThread, Reader};
 use crate::pending::{Driven, HandshakeStats, Pending, Stats};
 use crate::poll::Events;
 use crate::session::{SealedReader, Sealer};
@@ -296,6 +296,25 @@ impl Transport {
     /// configured one was 0).
     pub fn local_addr(&self) -> SocketAddr {
         self.inner.local_addr
+    }
+
+    /// Serves, on the calling thread, what the established connections
+    /// have ready now (frames to read, write sides to drain), as an I/O
+    /// thread would; for a scheduler's idle worker, which then runs the
+    /// processes the frames woke with no hand-off between threads (BEAM's
+    /// schedulers poll their sockets too). Returns whether it served any.
+    ///
+    /// An I/O thread whose connections another thread is serving is
+    /// skipped, never waited for. Only on [`IoMode::Poller`] under Linux;
+    /// elsewhere it finds nothing. See `io.rs`, "Helpers".
+    ///
+    /// ```no_run
+    /// # fn f(t: &graft_net::Transport) {
+    /// while t.poll_ready() {}
+    /// # }
+    /// ```
+    pub fn poll_ready(&self) -> bool {
+        self.inner.poll_ready()
     }
 
     /// Connections per peer (see [`NetConfig::lanes`]).
@@ -780,8 +799,6 @@ impl Inner {
             None
         };
         let mut pending: HashMap<usize, Pending> = HashMap::new();
-        let mut conns: HashMap<usize, IoConn> = HashMap::new();
-        let mut again: Vec<usize> = Vec::new();
         let mut events = Events::new();
         let mut next_key = LISTENER + 1;
         let scan_every = self.cfg.heartbeat / 4;
@@ -793,7 +810,11 @@ impl Inner {
                 .values()
                 .map(|p| p.deadline.saturating_duration_since(now))
                 .min();
-            if !conns.is_empty() {
+            let (serving, revisit) = {
+                let sh = me.shared.lock();
+                (!sh.conns.is_empty(), !sh.again.is_empty())
+            };
+            if serving {
                 let t = next_scan.saturating_duration_since(now);
                 timeout = Some(timeout.map_or(t, |x| x.min(t)));
             }
@@ -803,7 +824,7 @@ impl Inner {
                     timeout = Some(timeout.map_or(t, |x| x.min(t)));
                 }
             }
-            if !again.is_empty() || !me.inbox.lock().is_empty() {
+            if revisit || !me.inbox.lock().is_empty() {
                 timeout = Some(Duration::ZERO);
             }
             events.clear();
@@ -816,6 +837,8 @@ impl Inner {
             if self.state.lock().closed {
                 break;
             }
+            let mut sh = me.shared.lock();
+            let IoShared { conns, again, .. } = &mut *sh;
             for (conn, reader) in std::mem::take(&mut *me.inbox.lock()) {
                 let key = next_key;
                 next_key += 1;
@@ -829,7 +852,7 @@ impl Inner {
                     }
                 }
             }
-            let revisit = std::mem::take(&mut again);
+            let revisit = std::mem::take(again);
             for ev in events.iter() {
                 if ev.key == LISTENER {
                     let first = next_key;
@@ -846,7 +869,7 @@ impl Inner {
                     continue;
                 }
                 if conns.contains_key(&ev.key) {
-                    self.serve(&mut conns, &mut again, ev.key, |c, h| {
+                    self.serve(conns, again, ev.key, |c, h| {
                         c.serve(ev.readable, ev.writable, h)
                     });
                     continue;
@@ -855,7 +878,7 @@ impl Inner {
             }
             for key in revisit {
                 if conns.contains_key(&key) && !again.contains(&key) {
-                    self.serve(&mut conns, &mut again, key, |c, h| c.serve(true, false, h));
+                    self.serve(conns, again, key, |c, h| c.serve(true, false, h));
                 }
             }
             let now = Instant::now();
@@ -863,9 +886,10 @@ impl Inner {
                 next_scan = now + scan_every;
                 let keys: Vec<usize> = conns.keys().copied().collect();
                 for key in keys {
-                    self.serve(&mut conns, &mut again, key, |c, h| c.scan(now, h));
+                    self.serve(conns, again, key, |c, h| c.scan(now, h));
                 }
             }
+            drop(sh);
             let expired: Vec<usize> = (pending.iter())
                 .filter(|(_, p)| p.deadline <= now)
                 .map(|(k, _)| *k)
@@ -897,11 +921,47 @@ impl Inner {
         }
         // Closed: nothing joins the inbox any more (see `join_io`).
         let left = std::mem::take(&mut *me.inbox.lock());
+        let conns = std::mem::take(&mut me.shared.lock().conns);
         let held = conns.into_values().map(|c| c.conn.clone());
         for conn in held.chain(left.into_iter().map(|(c, _)| c)) {
             conn.close(NetError::Shutdown);
             self.report_down(&conn);
         }
+    }
+
+    /// [`Transport::poll_ready`].
+    fn poll_ready(&self) -> bool {
+        let mut served = false;
+        for me in &self.io {
+            let Some(mut sh) = me.shared.try_lock() else {
+                continue;
+            };
+            let IoShared {
+                conns,
+                again,
+                events,
+            } = &mut *sh;
+            if conns.is_empty() || me.poller.peek(events).is_err() {
+                continue;
+            }
+            for ev in events.iter() {
+                // The listener's and the pending handshakes' events are the
+                // I/O thread's: level-triggered, its own wait reports them.
+                if conns.contains_key(&ev.key) {
+                    served = true;
+                    self.serve(conns, again, ev.key, |c, h| {
+                        c.serve(ev.readable, ev.writable, h)
+                    });
+                }
+            }
+            if !again.is_empty() {
+                // More to read, maybe already in the record layer where no
+                // readiness reports it: the I/O thread's next turn must not
+                // wait.
+                let _ = me.poller.notify();
+            }
+        }
+        served
     }
 
     /// Runs `f` on connection `key` of this I/O thread, the handler's

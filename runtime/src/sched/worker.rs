@@ -302,6 +302,9 @@ impl WorkerCtx {
             if let Some(p) = self.find_work() {
                 return Some(p);
             }
+            if self.poll_sockets() {
+                continue;
+            }
             if round % 8 == 7 {
                 std::thread::yield_now();
             } else {
@@ -324,6 +327,22 @@ impl WorkerCtx {
         self.woke();
         sched.idle.unregister(self.index);
         None
+    }
+
+    /// Serves what the node's sockets have ready now (`Transport::
+    /// poll_ready`), so that a frame read here wakes its process into this
+    /// worker's LIFO slot: no I/O thread between the socket and the
+    /// process. Whether it served any.
+    fn poll_sockets(&self) -> bool {
+        let Some(t) = self.node.dist.transport() else {
+            return false;
+        };
+        let served = t.poll_ready();
+        // What the handlers sent (answers to control frames) leaves now.
+        if !self.held_frames.borrow().is_empty() {
+            crate::dist::flush_held(&self.held_frames);
+        }
+        served
     }
 
     /// This worker is awake (back from a park, or a spare that starts
