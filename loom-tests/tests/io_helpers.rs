@@ -211,7 +211,11 @@ fn model(mode: Helper, peer: bool, joiner: bool) {
             t.join().unwrap();
         }
         let sh = io.shared.lock().unwrap();
-        assert!(finished, "the I/O thread sleeps with work left: {:?}", sh.buffered);
+        assert!(
+            finished,
+            "the I/O thread sleeps with work left: {:?}",
+            sh.buffered
+        );
         let mut d = sh.delivered.clone();
         let pos = |f: u32| d.iter().position(|&x| x == f);
         if peer {

@@ -189,3 +189,74 @@ fn a_handler_holding_the_io_thread_past_the_dead_window_takes_no_peer_down() {
     assert_eq!(rh.downs().len(), 2);
     assert_lifecycles(&rh.events());
 }
+
+#[test]
+fn helpers_beside_the_io_threads_deliver_every_frame_once_and_in_order() {
+    init_log();
+    let (hub, rh) = start(poller("hub").io_threads(2));
+    let hub = Arc::new(hub);
+    // Two threads serve the hub's sockets as idle workers do, from before
+    // the peers connect (their connections join the I/O threads' inboxes
+    // while the helpers poll) until after the hub shuts down.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let helpers: Vec<_> = (0..2)
+        .map(|_| {
+            let (hub, stop) = (hub.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut served = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    if hub.poll_ready() {
+                        served += 1;
+                    } else {
+                        std::thread::yield_now();
+                    }
+                }
+                served
+            })
+        })
+        .collect();
+    const N: u32 = 20_000;
+    let big: Vec<u8> = (0..(1 << 20) + 3).map(|i: u32| (i % 251) as u8).collect();
+    let peers: Vec<_> = (0..3).map(|i| start(poller(&format!("p{i}")))).collect();
+    let senders: Vec<_> = peers
+        .iter()
+        .map(|(t, _)| {
+            let p = t.connect(hub.local_addr()).unwrap();
+            t.sender(p.id).unwrap()
+        })
+        .collect();
+    for i in 0..N {
+        for s in &senders {
+            if i % 5_000 == 0 {
+                // Fragments interleaved with the small frames (one key).
+                s.send_keyed(1, 61, big.clone(), false).unwrap();
+            }
+            s.send_keyed(1, 60, i.to_be_bytes().to_vec(), false)
+                .unwrap();
+        }
+    }
+    let each = N as usize + (N as usize).div_ceil(5_000);
+    rh.wait_for("every frame", |ev| count_frames(ev) == 3 * each);
+    for p in hub.peers() {
+        let small: Vec<u32> = rh
+            .frames_from(p.id)
+            .into_iter()
+            .filter_map(|(k, d)| match k {
+                60 => Some(u32::from_be_bytes(d.try_into().unwrap())),
+                _ => {
+                    assert!(d == big, "a large frame arrived changed");
+                    None
+                }
+            })
+            .collect();
+        assert_eq!(small, (0..N).collect::<Vec<_>>(), "{} out of order", p.name);
+    }
+    hub.shutdown();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let served: u64 = helpers.into_iter().map(|h| h.join().unwrap()).sum();
+    assert!(served > 0, "the helpers were meant to serve some events");
+    for (t, _) in &peers {
+        t.shutdown();
+    }
+    assert_eq!(rh.downs().len(), 3);
+}
