@@ -98,6 +98,7 @@ mod pending;
 mod poll;
 mod raw;
 mod session;
+mod sockopt;
 mod tls;
 mod transport;
 

@@ -513,9 +513,10 @@ impl Transport {
 /// A TCP connection to `addr` within `timeout`, without Nagle's delay,
 /// its writes bounded by the same timeout (a node's first connection to a
 /// peer and its extra lanes).
-fn dial(addr: SocketAddr, timeout: Duration) -> Result<TcpStream, NetError> {
+fn dial(addr: SocketAddr, timeout: Duration, unsent: usize) -> Result<TcpStream, NetError> {
     let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
     sock.set_nodelay(true)?;
+    crate::sockopt::limit_unsent(&sock, unsent)?;
     sock.connect_timeout(&addr.into(), timeout)
         .map_err(|e| match e.kind() {
             io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => NetError::Timeout,
@@ -1139,6 +1140,7 @@ impl Inner {
             let registered = stream
                 .set_nonblocking(true)
                 .and_then(|()| stream.set_nodelay(true))
+                .and_then(|()| crate::sockopt::limit_unsent(&stream, self.cfg.unsent_limit))
                 .and_then(|()| self.io[0].poller.register(stream, *next_key));
             match registered {
                 Ok(sock) => {
@@ -1532,7 +1534,7 @@ impl Inner {
         if self.state.lock().closed {
             return Err(NetError::Shutdown);
         }
-        let mut stream = dial(addr, timeout)?;
+        let mut stream = dial(addr, timeout, self.cfg.unsent_limit)?;
         let token = self.next_id();
         self.track(token, &stream)?;
         let res = match &self.cfg.tls {
@@ -1861,7 +1863,7 @@ impl Inner {
         if timeout.is_zero() {
             return Err(NetError::Timeout);
         }
-        let mut stream = dial(addr, timeout)?;
+        let mut stream = dial(addr, timeout, self.cfg.unsent_limit)?;
         let token = self.next_id();
         self.track(token, &stream)?;
         let res = self.lane_handshake(&mut stream, main, index, deadline);

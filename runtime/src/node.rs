@@ -73,6 +73,7 @@ pub struct NodeConfig {
     pub(crate) long_schedule: Duration,
     pub(crate) max_spare_workers: Option<usize>,
     pub(crate) busy_dist_limit: usize,
+    pub(crate) dist_unsent_limit: usize,
     pub(crate) tls: Option<graft_net::TlsConfig>,
     pub(crate) discovery: Option<crate::discovery::DiscoveryConfig>,
     pub(crate) max_message_size: usize,
@@ -103,6 +104,7 @@ impl NodeConfig {
             long_schedule: Duration::from_millis(10),
             max_spare_workers: None,
             busy_dist_limit: 1 << 20,
+            dist_unsent_limit: graft_net::NetConfig::DEFAULT_UNSENT_LIMIT,
             discovery: None,
             tls: None,
             max_message_size: graft_net::NetConfig::DEFAULT_MAX_MESSAGE_SIZE,
@@ -334,6 +336,20 @@ impl NodeConfig {
     /// `dist_buf_busy_limit`).
     pub fn busy_dist_limit(mut self, bytes: usize) -> NodeConfig {
         self.busy_dist_limit = bytes;
+        self
+    }
+    /// Bytes written to a peer's socket and not yet sent that the kernel
+    /// may hold (default 64 KiB; `0`: the system's setting). The rest waits
+    /// in graft's queue for the peer, where the busy limit counts it, so a
+    /// round trip is not queued behind megabytes of bulk in the kernel. See
+    /// graft-net's `NetConfig::unsent_limit`.
+    ///
+    /// ```
+    /// let cfg = graft::NodeConfig::new("127.0.0.1:0").dist_unsent_limit(256 << 10);
+    /// # let _ = cfg;
+    /// ```
+    pub fn dist_unsent_limit(mut self, bytes: usize) -> NodeConfig {
+        self.dist_unsent_limit = bytes;
         self
     }
     /// Find the cluster's nodes through `source`, polled every 5 s (see
@@ -991,6 +1007,7 @@ impl Node {
             .encrypt(config.encrypt)
             .max_message_size(config.max_message_size)
             .busy_limit(config.busy_dist_limit)
+            .unsent_limit(config.dist_unsent_limit)
             .lanes(config.lanes);
         if let Some(tls) = config.tls.clone() {
             net = net.tls(tls);
