@@ -329,11 +329,17 @@ impl fmt::Debug for DiscoveryConfig {
 /// How often the source is polled unless the config says otherwise.
 pub(crate) const DEFAULT_INTERVAL: Duration = Duration::from_secs(5);
 
+/// The longest a discovery poll that keeps finding nothing to do waits for
+/// the next (see [`run`]).
+const BACKED_OFF: Duration = DEFAULT_INTERVAL;
+
 /// The discovery thread: polls, connects, sleeps, until the node stops.
 pub(crate) fn run(node: Weak<NodeShared>, cfg: DiscoveryConfig) {
     // Seeds that failed, so each failure is logged at `warn` once.
     let mut failing: HashSet<Seed> = HashSet::new();
+    let mut wait = cfg.interval;
     loop {
+        let mut idle = true;
         let Some(n) = node.upgrade() else { return };
         if n.stopping.load(Ordering::Relaxed) {
             return;
@@ -345,8 +351,10 @@ pub(crate) fn run(node: Weak<NodeShared>, cfg: DiscoveryConfig) {
                     if n.stopping.load(Ordering::Relaxed) {
                         return;
                     }
-                    match connect_seed(&n, &seed) {
-                        Ok(()) => {
+                    let reached = connect_seed(&n, &seed);
+                    idle &= matches!(reached, Ok(false));
+                    match reached {
+                        Ok(_) => {
                             if failing.remove(&seed) {
                                 log::info!("graft: discovery reached {seed}");
                             }
@@ -358,18 +366,33 @@ pub(crate) fn run(node: Weak<NodeShared>, cfg: DiscoveryConfig) {
                     }
                 }
             }
-            Err(e) => log::warn!("graft: discovery: {e}"),
+            Err(e) => {
+                idle = false;
+                log::warn!("graft: discovery: {e}")
+            }
         }
+        // A poll that had nothing to do (every seed connected already, or
+        // this node in the overlay) doubles the wait, up to `BACKED_OFF`
+        // (or the interval if longer); any other poll resets it. A node in
+        // a cluster has found its peers: what a poll may still find is a
+        // seed it lost, at most `BACKED_OFF` late (a node that lost every
+        // peer is joined by the others' connects or its next poll).
+        wait = if idle {
+            (wait * 2).min(cfg.interval.max(BACKED_OFF))
+        } else {
+            cfg.interval
+        };
         // One sleep, cut short when the node stops (no slices: an idle
         // node wakes only for its next poll).
-        if !n.sched.quiet.nap(cfg.interval) {
+        if !n.sched.quiet.nap(wait) {
             return;
         }
     }
 }
 
 /// Connects to `seed` unless it is this node or already connected.
-fn connect_seed(n: &Arc<NodeShared>, seed: &Seed) -> Result<(), Error> {
+/// Connects to `seed` if that is still needed; `Ok(false)`: it was not.
+fn connect_seed(n: &Arc<NodeShared>, seed: &Seed) -> Result<bool, Error> {
     let Some(t) = n.dist.transport() else {
         return Err(Error::NodeDown);
     };
@@ -377,33 +400,33 @@ fn connect_seed(n: &Arc<NodeShared>, seed: &Seed) -> Result<(), Error> {
         // The partial overlay: a seed is a contact to join through, while
         // this node has no neighbour.
         if o.has_active() {
-            return Ok(());
+            return Ok(false);
         }
         let id = match seed {
-            Seed::Addr(a) if *a == t.local_addr() || *a == t.advertised_addr() => return Ok(()),
+            Seed::Addr(a) if *a == t.local_addr() || *a == t.advertised_addr() => return Ok(false),
             Seed::Addr(a) => crate::node::connect_transport(n, *a)?,
-            Seed::Name(name) if NodeId::from_name(name) == n.id => return Ok(()),
+            Seed::Name(name) if NodeId::from_name(name) == n.id => return Ok(false),
             Seed::Name(name) => crate::netmon::connect_name_on(n, name)?,
         };
         o.join(n, id);
-        return Ok(());
+        return Ok(false);
     }
     let peers = t.peers();
     match seed {
         Seed::Addr(a) => {
             if *a == t.local_addr() || *a == t.advertised_addr() {
-                return Ok(());
+                return Ok(false);
             }
             if peers.iter().any(|p| p.listen_addr == *a) {
-                return Ok(());
+                return Ok(false);
             }
-            crate::node::connect_transport(n, *a).map(|_| ())
+            crate::node::connect_transport(n, *a).map(|_| true)
         }
         Seed::Name(name) => {
             if NodeId::from_name(name) == n.id || peers.iter().any(|p| p.name == *name) {
-                return Ok(());
+                return Ok(false);
             }
-            crate::netmon::connect_name_on(n, name).map(|_| ())
+            crate::netmon::connect_name_on(n, name).map(|_| true)
         }
     }
 }

@@ -372,7 +372,10 @@ impl NodeConfig {
         self
     }
     /// How often the [`discovery`](NodeConfig::discovery) source is polled
-    /// (default 5 s; at least 10 ms). Set it after `discovery`.
+    /// (default 5 s; at least 10 ms). Set it after `discovery`. While polls
+    /// find nothing to do (every seed connected, or the node in the partial
+    /// overlay), each waits twice as long as the last, up to 5 s (or this
+    /// interval if longer); a poll with work resets it.
     ///
     /// ```
     /// let seeds = graft::discovery::StaticSeeds::parse(["127.0.0.2:4370"]).unwrap();

@@ -203,6 +203,8 @@ pub(crate) const MAX_WAITING_DIALS: usize = 1024;
 pub(crate) struct Overlay {
     cfg: OverlayConfig,
     st: parking_lot::Mutex<State>,
+    /// Set (then `Quiet::poke`) to end the overlay thread's long nap.
+    poked: crate::loom::AtomicBool,
     dials: parking_lot::Mutex<Dials>,
 }
 
@@ -281,6 +283,7 @@ impl Overlay {
                 },
                 Instant::now(),
             )),
+            poked: crate::loom::AtomicBool::new(false),
             dials: Default::default(),
         }
     }
@@ -337,9 +340,20 @@ impl Overlay {
 
     fn with(&self, n: &Arc<NodeShared>, f: impl FnOnce(&mut State, &OverlayConfig, &mut Out)) {
         let mut out = Out::default();
-        {
+        let wake = {
             let mut st = self.st.lock();
             f(&mut st, &self.cfg, &mut out);
+            // Under the lock that the overlay thread decided its long nap
+            // under: either it sees this change, or it is woken.
+            let wake = st.sleeping && st.wants_tick(&self.cfg);
+            if wake {
+                st.sleeping = false;
+            }
+            wake
+        };
+        if wake {
+            self.poked.store(true, crate::loom::Ordering::SeqCst);
+            n.sched.quiet.poke();
         }
         self.apply(n, out);
     }
@@ -434,14 +448,26 @@ impl Overlay {
         });
     }
 
-    fn tick(&self, n: &Arc<NodeShared>) {
+    /// One tick; returns when the next is due if nothing changes (see
+    /// [`state::tick`]), having marked the state `sleeping` if that is past
+    /// the short tick.
+    fn tick(&self, n: &Arc<NodeShared>) -> Option<Instant> {
         let usage: Vec<(NodeId, u64, bool)> = n
             .dist
             .nodes()
             .into_iter()
             .map(|id| (id, n.dist.usage(id), n.dist.watched(id)))
             .collect();
-        self.with(n, |st, cfg, out| state::tick(st, cfg, out, &usage));
+        let mut out = Out::default();
+        // Not through `with`: the tick's own state must not wake its nap.
+        let next = {
+            let mut st = self.st.lock();
+            let next = state::tick(&mut st, &self.cfg, &mut out, &usage);
+            st.sleeping = next.is_some();
+            next
+        };
+        self.apply(n, out);
+        next
     }
 
     /// Sends, disconnects, announces and probes what `out` gathered.
@@ -628,7 +654,16 @@ fn run_dials(node: Weak<NodeShared>, first: NodeId) {
     }
 }
 
-/// The overlay thread: ticks until the node stops.
+/// The longest the overlay thread sleeps while nothing is in progress
+/// (a settled view: no suspects, asks, news or links to watch): the
+/// periodic rounds (shuffle, digest, probe) come at least this often
+/// anyway, and a change that wants a tick wakes it sooner
+/// ([`State::wants_tick`]). Connections that come up meanwhile are looked
+/// at for idleness within this.
+const LONG_NAP: Duration = Duration::from_secs(1);
+
+/// The overlay thread: ticks until the node stops, every `tick` while
+/// something is in progress, else at the next periodic round.
 pub(crate) fn run(node: Weak<NodeShared>) {
     loop {
         let Some(n) = node.upgrade() else { return };
@@ -639,9 +674,14 @@ pub(crate) fn run(node: Weak<NodeShared>) {
             return;
         };
         let tick = o.cfg.tick;
-        o.tick(&n);
-        // Cut short when the node stops.
-        if !n.sched.quiet.nap(tick) {
+        let nap = match o.tick(&n) {
+            None => tick,
+            Some(t) => t
+                .saturating_duration_since(Instant::now())
+                .clamp(tick, LONG_NAP.max(tick)),
+        };
+        // Cut short when the node stops, or when a change wants a tick.
+        if !n.sched.quiet.nap_unless(nap, &o.poked) {
             return;
         }
     }

@@ -144,6 +144,9 @@ pub(super) struct State {
     pub(super) refused: Option<Instant>,
     /// News to flood at the next tick, and the neighbour each came from.
     pub(super) news: Vec<(Member, Option<NodeId>)>,
+    /// The overlay thread sleeps past the short tick (see `overlay::run`):
+    /// a change that [wants a tick](State::wants_tick) must wake it.
+    pub(super) sleeping: bool,
 }
 
 /// Side effects gathered under the lock, done after it.
@@ -189,6 +192,7 @@ impl State {
             refused: None,
             last_probe: now,
             news: Vec::new(),
+            sleeping: false,
         }
     }
 
@@ -270,6 +274,19 @@ impl State {
     /// Whether the connection to `id` is needed whatever its traffic: an
     /// active neighbour, a join asked, messages waiting for a connect, a
     /// suspect being probed. Never closed idle (nor agreed to be).
+    /// Whether a change may have made the next tick due sooner than the
+    /// overlay thread's nap ends: news to flood, a suspect or an ask (with
+    /// its deadline) that may be new, an active view to fill (the next ask
+    /// follows an answer at once) or to trim.
+    pub(super) fn wants_tick(&self, cfg: &OverlayConfig) -> bool {
+        let target = self.target(cfg);
+        !self.news.is_empty()
+            || !self.suspects.is_empty()
+            || !self.asking.is_empty()
+            || self.active.len() < target
+            || self.active.len() > target + 1
+    }
+
     pub(super) fn needs(&self, id: NodeId) -> bool {
         self.active.contains(&id)
             || self.asking.contains_key(&id)
@@ -679,14 +696,20 @@ pub(super) fn handle(
 }
 
 /// The periodic work on the state; `usage` is (connected node, frames
-/// and bytes queued, watched) for each connection.
+/// and bytes queued, watched) for each connection. Returns when the next
+/// tick is due if nothing changes meanwhile: `None` for the next short
+/// tick (news to flood, a view to fill or trim), else the first deadline
+/// ahead: a periodic round (shuffle, digest, probe), a suspect's or an
+/// ask's timeout, an on-demand connection's idle limit. A change that may
+/// need a tick sooner is told by [`State::wants_tick`].
 pub(super) fn tick(
     st: &mut State,
     cfg: &OverlayConfig,
     out: &mut Out,
     usage: &[(NodeId, u64, bool)],
-) {
+) -> Option<Instant> {
     let now = Instant::now();
+    let mut in_progress = false;
     st.send_news(out);
     let expired: Vec<NodeId> = st
         .suspects
@@ -723,6 +746,7 @@ pub(super) fn tick(
             st.pick(&up, &busy)
         });
         if let Some(p) = pick {
+            in_progress = true;
             st.asking.insert(p, now);
             out.send.push((
                 p,
@@ -734,6 +758,7 @@ pub(super) fn tick(
         }
     }
     if st.active.len() > target + 1 {
+        in_progress = true;
         let i = st.rand(st.active.len());
         let old = st.active.swap_remove(i);
         out.send.push((old, Msg::Disconnect));
@@ -837,6 +862,35 @@ pub(super) fn tick(
             st.brief.remove(id);
         }
     }
+    if in_progress || !st.news.is_empty() {
+        return None;
+    }
+    // Nothing to do before the first of these, unless a change says so.
+    let scale = (st.members.len() / PROBE_SCALE).max(1) as u32;
+    let rounds = [
+        st.last_shuffle + cfg.shuffle_every,
+        st.last_sync + cfg.sync_every,
+        st.last_probe + cfg.probe_every * scale,
+    ];
+    let suspects = st.suspects.values().map(|s| s.deadline);
+    let asks = st.asking.values().map(|t| *t + ASK_TIMEOUT);
+    let idle = usage
+        .iter()
+        .filter(|(id, ..)| !st.needs(*id))
+        .filter_map(|(id, ..)| {
+            let limit = if st.brief.contains(id) {
+                BRIEF_IDLE.min(cfg.idle_close)
+            } else {
+                cfg.idle_close
+            };
+            st.usage.get(id).map(|e| e.1 + limit)
+        });
+    rounds
+        .into_iter()
+        .chain(suspects)
+        .chain(asks)
+        .chain(idle)
+        .min()
 }
 
 #[cfg(test)]

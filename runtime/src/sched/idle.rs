@@ -17,7 +17,7 @@
 //! A parker is a token: an unpark before the park makes the park return at
 //! once, so a wake that races with registration is never lost.
 
-use crate::loom::{fence, AtomicUsize, Condvar, Mutex, Ordering};
+use crate::loom::{fence, AtomicBool, AtomicUsize, Condvar, Mutex, Ordering};
 
 /// How long every worker must have slept before a housekeeping thread stops
 /// its periodic looks (so a node that runs a little now and then does not
@@ -164,6 +164,10 @@ pub struct Quiet {
     /// `true` once the node stops.
     stopped: Mutex<bool>,
     cv: Condvar,
+    /// Where the threads that tick whatever the workers do nap (`nap`,
+    /// `nap_unless`), apart from the housekeepers, so that a
+    /// [`poke`](Quiet::poke) does not wake those.
+    naps: Condvar,
     /// Periodic rounds the housekeepers ran (for tests and figures: a flat
     /// count over an idle second means no periodic wake-up).
     rounds: AtomicUsize,
@@ -178,6 +182,7 @@ impl Quiet {
             waiters: AtomicUsize::new(0),
             stopped: Mutex::new(false),
             cv: Condvar::new(),
+            naps: Condvar::new(),
             rounds: AtomicUsize::new(0),
         }
     }
@@ -266,9 +271,33 @@ impl Quiet {
             if now >= deadline {
                 break;
             }
-            g = self.cv.wait_timeout(g, deadline - now);
+            g = self.naps.wait_timeout(g, deadline - now);
         }
         !*g
+    }
+
+    /// As [`nap`](Quiet::nap), also cut short once `flag` is set and
+    /// [`poke`](Quiet::poke) called after it (the flag is cleared when it
+    /// ends the nap). The flag is read under the lock `poke` takes, so a
+    /// poke made after the nap began is never missed.
+    pub(crate) fn nap_unless(&self, d: std::time::Duration, flag: &AtomicBool) -> bool {
+        let deadline = std::time::Instant::now() + d;
+        let mut g = self.stopped.lock();
+        while !*g && !flag.swap(false, Ordering::SeqCst) {
+            let now = std::time::Instant::now();
+            if now >= deadline {
+                break;
+            }
+            g = self.naps.wait_timeout(g, deadline - now);
+        }
+        !*g
+    }
+
+    /// Wakes the threads napping on this (each looks again at why it
+    /// naps): for [`nap_unless`](Quiet::nap_unless)'s flag.
+    pub(crate) fn poke(&self) {
+        let _g = self.stopped.lock();
+        self.naps.notify_all();
     }
 
     /// A housekeeper ran one periodic round.
@@ -287,5 +316,6 @@ impl Quiet {
     pub fn stop(&self) {
         *self.stopped.lock() = true;
         self.cv.notify_all();
+        self.naps.notify_all();
     }
 }
