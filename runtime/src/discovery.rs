@@ -409,7 +409,7 @@ fn connect_seed(n: &Arc<NodeShared>, seed: &Seed) -> Result<bool, Error> {
             Seed::Name(name) => crate::netmon::connect_name_on(n, name)?,
         };
         o.join(n, id);
-        return Ok(false);
+        return Ok(true);
     }
     let peers = t.peers();
     match seed {
