@@ -205,6 +205,8 @@ pub(crate) struct Overlay {
     st: parking_lot::Mutex<State>,
     /// Set (then `Quiet::poke`) to end the overlay thread's long nap.
     poked: crate::loom::AtomicBool,
+    /// Ticks run (for tests and figures).
+    ticks: crate::loom::AtomicUsize,
     dials: parking_lot::Mutex<Dials>,
 }
 
@@ -284,6 +286,7 @@ impl Overlay {
                 Instant::now(),
             )),
             poked: crate::loom::AtomicBool::new(false),
+            ticks: crate::loom::AtomicUsize::new(0),
             dials: Default::default(),
         }
     }
@@ -452,6 +455,7 @@ impl Overlay {
     /// [`state::tick`]), having marked the state `sleeping` if that is past
     /// the short tick.
     fn tick(&self, n: &Arc<NodeShared>) -> Option<Instant> {
+        self.ticks.fetch_add(1, crate::loom::Ordering::Relaxed);
         let usage: Vec<(NodeId, u64, bool)> = n
             .dist
             .nodes()
@@ -691,6 +695,58 @@ pub(crate) fn run(node: Weak<NodeShared>) {
 mod tests {
     use super::*;
     use crate::{Node, NodeConfig, Topology};
+
+    fn until(what: &str, f: impl Fn() -> bool) {
+        let t = Instant::now();
+        while !f() {
+            assert!(t.elapsed() < Duration::from_secs(30), "no {what}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// A settled overlay's thread wakes for its periodic rounds, not every
+    /// 50 ms; news (a node that joins elsewhere) still wakes it.
+    #[test]
+    fn a_settled_overlay_sleeps_until_its_next_round_and_news_wakes_it() {
+        let cfg = || {
+            NodeConfig::new("127.0.0.1:0")
+                .workers(1)
+                .cookie("overlay-nap")
+                .default_logger(false)
+                .topology(Topology::Partial)
+        };
+        let nodes: Vec<Node> = (0..3).map(|_| Node::start(cfg()).unwrap()).collect();
+        for n in &nodes[1..] {
+            n.connect(nodes[0].addr()).unwrap();
+        }
+        fn o(n: &Node) -> &Arc<Overlay> {
+            n.shared().dist.mon.overlay().unwrap()
+        }
+        let ids: Vec<NodeId> = nodes.iter().map(|n| n.id()).collect();
+        until("membership", || {
+            nodes.iter().all(|n| {
+                ids.iter()
+                    .filter(|i| **i != n.id())
+                    .all(|i| o(n).is_member(*i))
+            })
+        });
+        // Asks answered, brief links closed.
+        std::thread::sleep(Duration::from_secs(2));
+        let a = o(&nodes[0]);
+        let before = a.ticks.load(crate::loom::Ordering::Relaxed);
+        std::thread::sleep(Duration::from_secs(2));
+        let ticks = a.ticks.load(crate::loom::Ordering::Relaxed) - before;
+        eprintln!("{ticks} ticks in 2 s of a settled overlay");
+        // At the short tick this would be 40.
+        assert!(ticks <= 12, "{ticks} ticks in 2 s of a settled overlay");
+        let d = Node::start(cfg()).unwrap();
+        d.connect(nodes[2].addr()).unwrap();
+        until("the news of d at a", || a.is_member(d.id()));
+        d.shutdown();
+        for n in nodes {
+            n.shutdown();
+        }
+    }
 
     /// Probes of 40 suspects that answer slowly (a listener that never
     /// accepts: the TCP connect completes, the handshake waits) run at most

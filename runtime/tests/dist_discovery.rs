@@ -234,3 +234,64 @@ fn connect_name_without_a_port_tries_the_fixed_port() {
     );
     n.shutdown();
 }
+
+/// A source that counts its polls and returns `seeds`.
+struct Counting {
+    seeds: Vec<Seed>,
+    polls: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl graft::discovery::Discovery for Counting {
+    fn seeds(&mut self) -> Result<Vec<Seed>, String> {
+        self.polls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(self.seeds.clone())
+    }
+}
+
+#[test]
+fn polls_that_find_nothing_to_do_back_off_and_a_failing_seed_is_retried_at_the_interval() {
+    let every = Duration::from_millis(20);
+    let count = |polls: &Arc<std::sync::atomic::AtomicUsize>, over: Duration| {
+        let before = polls.load(std::sync::atomic::Ordering::SeqCst);
+        std::thread::sleep(over);
+        polls.load(std::sync::atomic::Ordering::SeqCst) - before
+    };
+    // Connected: each poll finds nothing to do and waits twice as long as
+    // the last (20, 40, 80 ms, ...): a handful of polls in 2 s, not 100.
+    let a = Node::start(cfg("127.0.0.1:0")).unwrap();
+    let polls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seeds = vec![Seed::Addr(a.addr())];
+    let b = Node::start(
+        cfg("127.0.0.1:0")
+            .discovery(Counting {
+                seeds,
+                polls: polls.clone(),
+            })
+            .discovery_interval(every),
+    )
+    .unwrap();
+    until_connected(&b, &[a.id()]);
+    let idle = count(&polls, Duration::from_secs(2));
+    assert!(idle <= 12, "{idle} polls in 2 s while connected");
+    b.shutdown();
+    a.shutdown();
+
+    // A seed that refuses: every poll has work, so none backs off.
+    let refused = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let polls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let c = Node::start(
+        cfg("127.0.0.1:0")
+            .discovery(Counting {
+                seeds: vec![Seed::Addr(refused)],
+                polls: polls.clone(),
+            })
+            .discovery_interval(every),
+    )
+    .unwrap();
+    let busy = count(&polls, Duration::from_secs(1));
+    assert!(busy >= 15, "{busy} polls in 1 s with a seed to reach");
+    c.shutdown();
+}
