@@ -271,9 +271,6 @@ impl State {
         d
     }
 
-    /// Whether the connection to `id` is needed whatever its traffic: an
-    /// active neighbour, a join asked, messages waiting for a connect, a
-    /// suspect being probed. Never closed idle (nor agreed to be).
     /// Whether a change may have made the next tick due sooner than the
     /// overlay thread's nap ends: news to flood, a suspect or an ask (with
     /// its deadline) that may be new, an active view to fill (the next ask
@@ -287,11 +284,25 @@ impl State {
             || self.active.len() > target + 1
     }
 
+    /// Whether the connection to `id` is needed whatever its traffic: an
+    /// active neighbour, a join asked, messages waiting for a connect, a
+    /// suspect being probed. Never closed idle (nor agreed to be).
     pub(super) fn needs(&self, id: NodeId) -> bool {
         self.active.contains(&id)
             || self.asking.contains_key(&id)
             || self.connecting.contains_key(&id)
             || self.suspects.contains_key(&id)
+    }
+
+    /// How long the on-demand connection to `id` may carry nothing before
+    /// it is closed: `idle_close`, or [`BRIEF_IDLE`] for a link the overlay
+    /// opened for itself (never longer than `idle_close` either).
+    pub(super) fn idle_limit(&self, id: NodeId, cfg: &OverlayConfig) -> Duration {
+        if self.brief.contains(&id) {
+            BRIEF_IDLE.min(cfg.idle_close)
+        } else {
+            cfg.idle_close
+        }
     }
 
     pub(super) fn add_passive(&mut self, id: NodeId, cfg: &OverlayConfig) {
@@ -833,18 +844,14 @@ pub(super) fn tick(
             }
         }
     }
-    // Close idle on-demand connections.
+    // Close idle on-demand connections; note when the next may be.
+    let mut idle_due: Option<Instant> = None;
     for (id, count, watched) in usage {
         if st.needs(*id) {
             st.usage.insert(*id, (*count, now));
             continue;
         }
-        // A brief link never outlives the configured limit either.
-        let limit = if st.brief.contains(id) {
-            BRIEF_IDLE.min(cfg.idle_close)
-        } else {
-            cfg.idle_close
-        };
+        let limit = st.idle_limit(*id, cfg);
         let e = st.usage.entry(*id).or_insert((*count, now));
         if e.0 != *count || *watched {
             *e = (*count, now);
@@ -861,12 +868,14 @@ pub(super) fn tick(
             *e = (*count, now);
             st.brief.remove(id);
         }
+        let since = st.usage[id].1;
+        let due = since + st.idle_limit(*id, cfg);
+        idle_due = Some(idle_due.map_or(due, |d| d.min(due)));
     }
     if in_progress || !st.news.is_empty() {
         return None;
     }
     // Nothing to do before the first of these, unless a change says so.
-    let scale = (st.members.len() / PROBE_SCALE).max(1) as u32;
     let rounds = [
         st.last_shuffle + cfg.shuffle_every,
         st.last_sync + cfg.sync_every,
@@ -874,22 +883,11 @@ pub(super) fn tick(
     ];
     let suspects = st.suspects.values().map(|s| s.deadline);
     let asks = st.asking.values().map(|t| *t + ASK_TIMEOUT);
-    let idle = usage
-        .iter()
-        .filter(|(id, ..)| !st.needs(*id))
-        .filter_map(|(id, ..)| {
-            let limit = if st.brief.contains(id) {
-                BRIEF_IDLE.min(cfg.idle_close)
-            } else {
-                cfg.idle_close
-            };
-            st.usage.get(id).map(|e| e.1 + limit)
-        });
     rounds
         .into_iter()
         .chain(suspects)
         .chain(asks)
-        .chain(idle)
+        .chain(idle_due)
         .min()
 }
 
