@@ -1510,7 +1510,7 @@ pub(crate) type PeerStatsRow = (
 );
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use crate::{Node, NodeConfig};
     use std::time::{Duration, Instant};
 
@@ -1556,7 +1556,7 @@ mod tests {
     }
 
     /// Waits (bounded) until `f` holds.
-    fn eventually(what: &str, f: impl Fn() -> bool) {
+    pub(crate) fn eventually(what: &str, f: impl Fn() -> bool) {
         let t = Instant::now();
         while !f() {
             assert!(t.elapsed() < Duration::from_secs(10), "{what}");

@@ -129,6 +129,8 @@ pub struct OverlayConfig {
     shuffle_every: Duration,
     sync_every: Duration,
     tick: Duration,
+    /// The longest nap while nothing is in progress (see [`LONG_NAP`]).
+    max_nap: Duration,
 }
 
 impl Default for OverlayConfig {
@@ -143,6 +145,7 @@ impl Default for OverlayConfig {
             shuffle_every: Duration::from_secs(2),
             sync_every: Duration::from_secs(3),
             tick: Duration::from_millis(50),
+            max_nap: LONG_NAP,
         }
     }
 }
@@ -658,7 +661,7 @@ fn run_dials(node: Weak<NodeShared>, first: NodeId) {
     }
 }
 
-/// The longest the overlay thread sleeps while nothing is in progress
+/// The longest the overlay thread sleeps (by default) while nothing is in progress
 /// (a settled view: no suspects, asks, news or links to watch): the
 /// periodic rounds (shuffle, digest, probe) come at least this often
 /// anyway, and a change that wants a tick wakes it sooner
@@ -682,7 +685,7 @@ pub(crate) fn run(node: Weak<NodeShared>) {
             None => tick,
             Some(t) => t
                 .saturating_duration_since(Instant::now())
-                .clamp(tick, LONG_NAP.max(tick)),
+                .clamp(tick, o.cfg.max_nap.max(tick)),
         };
         // Cut short when the node stops, or when a change wants a tick.
         if !n.sched.quiet.nap_unless(nap, &o.poked) {
@@ -696,52 +699,84 @@ mod tests {
     use super::*;
     use crate::{Node, NodeConfig, Topology};
 
-    fn until(what: &str, f: impl Fn() -> bool) {
-        let t = Instant::now();
-        while !f() {
-            assert!(t.elapsed() < Duration::from_secs(30), "no {what}");
-            std::thread::sleep(Duration::from_millis(10));
-        }
+    use crate::dist::tests::eventually;
+
+    fn partial(ov: OverlayConfig) -> NodeConfig {
+        NodeConfig::new("127.0.0.1:0")
+            .workers(1)
+            .cookie("overlay-nap")
+            .default_logger(false)
+            .topology(Topology::Partial)
+            .overlay(ov)
     }
 
-    /// A settled overlay's thread wakes for its periodic rounds, not every
-    /// 50 ms; news (a node that joins elsewhere) still wakes it.
-    #[test]
-    fn a_settled_overlay_sleeps_until_its_next_round_and_news_wakes_it() {
-        let cfg = || {
-            NodeConfig::new("127.0.0.1:0")
-                .workers(1)
-                .cookie("overlay-nap")
-                .default_logger(false)
-                .topology(Topology::Partial)
-        };
-        let nodes: Vec<Node> = (0..3).map(|_| Node::start(cfg()).unwrap()).collect();
+    fn o(n: &Node) -> &Arc<Overlay> {
+        n.shared().dist.mon.overlay().unwrap()
+    }
+
+    /// Three nodes joined through the first, until each knows the others.
+    fn three(ov: impl Fn() -> OverlayConfig) -> Vec<Node> {
+        let nodes: Vec<Node> = (0..3)
+            .map(|_| Node::start(partial(ov())).unwrap())
+            .collect();
         for n in &nodes[1..] {
             n.connect(nodes[0].addr()).unwrap();
         }
-        fn o(n: &Node) -> &Arc<Overlay> {
-            n.shared().dist.mon.overlay().unwrap()
-        }
         let ids: Vec<NodeId> = nodes.iter().map(|n| n.id()).collect();
-        until("membership", || {
+        eventually("membership", || {
             nodes.iter().all(|n| {
                 ids.iter()
                     .filter(|i| **i != n.id())
                     .all(|i| o(n).is_member(*i))
             })
         });
+        nodes
+    }
+
+    /// A settled overlay's thread wakes for its periodic rounds, not every
+    /// 50 ms.
+    #[test]
+    fn a_settled_overlay_sleeps_until_its_next_round() {
+        let nodes = three(OverlayConfig::default);
         // Asks answered, brief links closed.
         std::thread::sleep(Duration::from_secs(2));
         let a = o(&nodes[0]);
         let before = a.ticks.load(crate::loom::Ordering::Relaxed);
         std::thread::sleep(Duration::from_secs(2));
         let ticks = a.ticks.load(crate::loom::Ordering::Relaxed) - before;
-        eprintln!("{ticks} ticks in 2 s of a settled overlay");
         // At the short tick this would be 40.
         assert!(ticks <= 12, "{ticks} ticks in 2 s of a settled overlay");
-        let d = Node::start(cfg()).unwrap();
+        for n in nodes {
+            n.shutdown();
+        }
+    }
+
+    /// A change wakes a sleeping overlay thread. With the periodic rounds
+    /// and the longest nap at 60 s, news (here a joiner: each node that
+    /// learns of it queues the news to flood) is flooded, so leaves the
+    /// queue, only if the thread is woken: the wait here (10 s) is shorter
+    /// than the nap. (Membership itself spreads without a tick, by the
+    /// join's forward walk, so it alone would not show the wake-up.)
+    #[test]
+    fn news_wakes_a_sleeping_overlay_thread() {
+        let slow = || OverlayConfig {
+            shuffle_every: Duration::from_secs(60),
+            sync_every: Duration::from_secs(60),
+            probe_every: Duration::from_secs(60),
+            max_nap: Duration::from_secs(60),
+            ..OverlayConfig::default()
+        };
+        let nodes = three(slow);
+        // Settled: every thread is in its long nap.
+        eventually("asleep", || nodes.iter().all(|n| o(n).st.lock().sleeping));
+        let d = Node::start(partial(slow())).unwrap();
         d.connect(nodes[2].addr()).unwrap();
-        until("the news of d at a", || a.is_member(d.id()));
+        eventually("the news of d known and flooded", || {
+            nodes.iter().all(|n| {
+                let st = o(n).st.lock();
+                st.is_up(d.id()) && st.news.is_empty()
+            })
+        });
         d.shutdown();
         for n in nodes {
             n.shutdown();
