@@ -390,8 +390,9 @@ pub(crate) fn run(node: Weak<NodeShared>, cfg: DiscoveryConfig) {
     }
 }
 
-/// Connects to `seed` unless it is this node or already connected.
-/// Connects to `seed` if that is still needed; `Ok(false)`: it was not.
+/// Connects to `seed` unless it is this node or already connected (in the
+/// partial overlay: joins through it while this node has no neighbour);
+/// `Ok(false)`: there was nothing to do.
 fn connect_seed(n: &Arc<NodeShared>, seed: &Seed) -> Result<bool, Error> {
     let Some(t) = n.dist.transport() else {
         return Err(Error::NodeDown);

@@ -588,7 +588,7 @@ impl Dist {
     /// (`retire` does not take lanes: a lane could be read after the first
     /// lane's EOF).
     pub(crate) fn propose_idle_close(&self, node: NodeId, count: u64) -> bool {
-        if self.transport().is_none_or(|t| t.lanes() > 1) {
+        if !self.closes_idle() {
             return false;
         }
         let peers = self.peers.read();
@@ -606,12 +606,17 @@ impl Dist {
         sent
     }
 
+    /// Whether connections are ever closed idle: not with extra lanes
+    /// (see [`propose_idle_close`](Dist::propose_idle_close)).
+    fn closes_idle(&self) -> bool {
+        self.transport().is_some_and(|t| t.lanes() == 1)
+    }
+
     /// B's half of the agreed idle close (see
     /// [`propose_idle_close`](Dist::propose_idle_close)): `node` asked, on
     /// connection `conn`.
     pub(crate) fn accept_idle_close(&self, node: NodeId, conn: PeerId) {
-        let keep = self.transport().is_none_or(|t| t.lanes() > 1)
-            || self.mon.overlay().is_some_and(|o| o.keeps(node));
+        let keep = !self.closes_idle() || self.mon.overlay().is_some_and(|o| o.keeps(node));
         if keep {
             log::debug!("graft: idle close of the connection to {node} refused: still needed");
             return;

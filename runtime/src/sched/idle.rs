@@ -264,16 +264,7 @@ impl Quiet {
     /// Sleeps `d`, or less if the node stops; `false` once it stops (for
     /// threads that tick whatever the workers do: discovery, the overlay).
     pub fn nap(&self, d: std::time::Duration) -> bool {
-        let deadline = std::time::Instant::now() + d;
-        let mut g = self.stopped.lock();
-        while !*g {
-            let now = std::time::Instant::now();
-            if now >= deadline {
-                break;
-            }
-            g = self.naps.wait_timeout(g, deadline - now);
-        }
-        !*g
+        self.nap_while(d, || true)
     }
 
     /// As [`nap`](Quiet::nap), also cut short once `flag` is set and
@@ -281,9 +272,15 @@ impl Quiet {
     /// ends the nap). The flag is read under the lock `poke` takes, so a
     /// poke made after the nap began is never missed.
     pub(crate) fn nap_unless(&self, d: std::time::Duration, flag: &AtomicBool) -> bool {
+        self.nap_while(d, || !flag.swap(false, Ordering::SeqCst))
+    }
+
+    /// Sleeps `d` while `go_on` holds (asked under the lock, at the start
+    /// and after each wake-up) and the node runs; `false` once it stops.
+    fn nap_while(&self, d: std::time::Duration, go_on: impl Fn() -> bool) -> bool {
         let deadline = std::time::Instant::now() + d;
         let mut g = self.stopped.lock();
-        while !*g && !flag.swap(false, Ordering::SeqCst) {
+        while !*g && go_on() {
             let now = std::time::Instant::now();
             if now >= deadline {
                 break;

@@ -216,9 +216,7 @@ impl WorkerCtx {
             };
             self.run_process(p);
             // What it sent to other nodes leaves now (see `dist::queue`).
-            if !self.held_frames.borrow().is_empty() {
-                crate::dist::flush_held(&self.held_frames);
-            }
+            self.flush_held();
         }
     }
 
@@ -339,10 +337,16 @@ impl WorkerCtx {
         };
         let served = t.poll_ready();
         // What the handlers sent (answers to control frames) leaves now.
+        self.flush_held();
+        served
+    }
+
+    /// Writes the frames this worker holds for other nodes, if any.
+    #[inline]
+    fn flush_held(&self) {
         if !self.held_frames.borrow().is_empty() {
             crate::dist::flush_held(&self.held_frames);
         }
-        served
     }
 
     /// This worker is awake (back from a park, or a spare that starts
