@@ -804,6 +804,11 @@ impl Inner {
         let mut next_key = LISTENER + 1;
         let scan_every = self.cfg.heartbeat / 4;
         let mut next_scan = Instant::now() + scan_every;
+        // Whether this thread holds connections and has some to visit
+        // again, as it left them at its last turn. Helpers do not add
+        // connections, and one that leaves work in `again` notifies the
+        // poller, so the next wait needs no second look under the lock.
+        let (mut serving, mut more) = (false, false);
         me.enter();
         loop {
             let now = Instant::now();
@@ -811,10 +816,6 @@ impl Inner {
                 .values()
                 .map(|p| p.deadline.saturating_duration_since(now))
                 .min();
-            let (serving, revisit) = {
-                let sh = me.shared.lock();
-                (!sh.conns.is_empty(), !sh.again.is_empty())
-            };
             if serving {
                 let t = next_scan.saturating_duration_since(now);
                 timeout = Some(timeout.map_or(t, |x| x.min(t)));
@@ -825,7 +826,7 @@ impl Inner {
                     timeout = Some(timeout.map_or(t, |x| x.min(t)));
                 }
             }
-            if revisit || !me.inbox.lock().is_empty() {
+            if more || !me.inbox.lock().is_empty() {
                 timeout = Some(Duration::ZERO);
             }
             events.clear();
@@ -890,6 +891,7 @@ impl Inner {
                     self.serve(conns, again, key, |c, h| c.scan(now, h));
                 }
             }
+            (serving, more) = (!conns.is_empty(), !again.is_empty());
             drop(sh);
             let expired: Vec<usize> = (pending.iter())
                 .filter(|(_, p)| p.deadline <= now)
