@@ -21,20 +21,9 @@ fn a_peer_that_stops_reading_does_not_stall_the_others() {
     init_log();
     let (hub, rh) = start(poller("hub"));
     let (b, rb) = start(poller("b"));
-    // `slow` completes the handshake, then never reads.
-    let (_slow, _) = RawClient::connect(hub.local_addr(), &config("slow", "c")).unwrap();
-    wait_until("slow up", || hub.peer_named("slow").is_some());
-    let slow = hub.sender(hub.peer_named("slow").unwrap().id).unwrap();
-    // Far more than the socket buffers hold: the rest stays queued.
-    let chunk = vec![7u8; 60 << 10];
-    for _ in 0..256 {
-        slow.send(50, &chunk).unwrap();
-    }
-    wait_until("the slow peer's socket full", || {
-        let q = slow.queued_bytes();
-        std::thread::sleep(Duration::from_millis(20));
-        q > 0 && q == slow.queued_bytes()
-    });
+    // `slow` completes the handshake, then never reads: far more than the
+    // socket buffers hold was sent to it, and the rest stays queued.
+    let (_slow, slow, _) = stalled_peer(&hub, "slow");
 
     // Round trips with b meanwhile, on the same I/O thread as `slow`.
     let pb = hub.connect(b.local_addr()).unwrap();

@@ -4,29 +4,15 @@
 
 mod common;
 
-use std::time::Duration;
-
 use common::*;
-use graft_net::{NetConfig, RawClient};
+use graft_net::NetConfig;
 
 /// Bytes the kernel took for a peer that completes the handshake and then
 /// never reads: everything sent, minus what the outbox still holds once it
 /// stops moving.
 fn kernel_held(cfg: NetConfig) -> usize {
     let (hub, _) = start(cfg);
-    let (_mute, _) = RawClient::connect(hub.local_addr(), &config("mute", "c")).unwrap();
-    wait_until("mute up", || hub.peer_named("mute").is_some());
-    let s = hub.sender(hub.peer_named("mute").unwrap().id).unwrap();
-    let chunk = vec![7u8; 60 << 10];
-    let total = 256 * chunk.len();
-    for _ in 0..256 {
-        s.send(50, &chunk).unwrap();
-    }
-    wait_until("the outbox settled", || {
-        let q = s.queued_bytes();
-        std::thread::sleep(Duration::from_millis(50));
-        q > 0 && q == s.queued_bytes()
-    });
+    let (_mute, s, total) = stalled_peer(&hub, "mute");
     let held = total - s.queued_bytes();
     hub.shutdown();
     held

@@ -190,3 +190,26 @@ pub fn wait_until(what: &str, cond: impl Fn() -> bool) {
         std::thread::sleep(Duration::from_millis(5));
     }
 }
+
+/// A peer `name` that completes the handshake with `hub` and then never
+/// reads, sent 256 frames of 60 KiB (far more than socket buffers hold),
+/// once the hub's queue for it has stopped moving: the client (keep it),
+/// the hub's sender to it, and the bytes sent.
+pub fn stalled_peer(
+    hub: &Transport,
+    name: &str,
+) -> (graft_net::RawClient, graft_net::PeerSender, usize) {
+    let (client, _) = graft_net::RawClient::connect(hub.local_addr(), &config(name, "c")).unwrap();
+    wait_until("the stalled peer up", || hub.peer_named(name).is_some());
+    let s = hub.sender(hub.peer_named(name).unwrap().id).unwrap();
+    let chunk = vec![7u8; 60 << 10];
+    for _ in 0..256 {
+        s.send(50, &chunk).unwrap();
+    }
+    wait_until("the stalled peer's queue settled", || {
+        let q = s.queued_bytes();
+        std::thread::sleep(Duration::from_millis(50));
+        q > 0 && q == s.queued_bytes()
+    });
+    (client, s, 256 * chunk.len())
+}
