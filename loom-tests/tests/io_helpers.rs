@@ -16,12 +16,13 @@
 //! * serving (`IoConn::serve`, scaled down): read one record from the socket
 //!   if there is one, deliver one frame, and report "more" when frames are
 //!   left in the buffer, where no readiness reports them;
-//! * the I/O thread: looks at `again` and its inbox (under their locks),
-//!   waits unless either had work, drains the `eventfd`, takes the lock,
-//!   registers what its inbox holds (a new connection, whose frame only it
+//! * the I/O thread: looks at its inbox (under its lock) and at `again` as
+//!   it left it at its last turn, waits unless either had work, drains the
+//!   `eventfd`, takes the lock, registers what its inbox holds (a new connection, whose frame only it
 //!   delivers) and serves;
 //! * a helper: `try_lock`, a zero-timeout peek, serve what is ready, and a
-//!   notify when it left `again` set.
+//!   notify when it set `again` (what was there before, the I/O thread's
+//!   last turn saw, or the helper that set it notified).
 //!
 //! Checked, whatever the interleaving: every frame is delivered once, a
 //! connection's frames in order, and the I/O thread never sleeps with work
@@ -111,8 +112,11 @@ impl Io {
 /// The I/O thread's loop until every frame is delivered; `false`: it fell
 /// asleep for ever with frames left.
 fn io_thread(io: &Io, total: usize, others: usize) -> bool {
+    // `again` as this thread left it at its last turn (the code carries it
+    // rather than look again under the lock before each wait).
+    let mut more = false;
     loop {
-        let revisit = io.shared.lock().unwrap().again || io.inbox.lock().unwrap().is_some();
+        let revisit = more || io.inbox.lock().unwrap().is_some();
         let ready = {
             let mut k = io.kernel.lock().unwrap();
             if !revisit {
@@ -133,9 +137,10 @@ fn io_thread(io: &Io, total: usize, others: usize) -> bool {
             sh.delivered.push(f);
         }
         if ready || sh.again {
-            let more = io.serve(&mut sh);
-            sh.again = more;
+            let left = io.serve(&mut sh);
+            sh.again = left;
         }
+        more = sh.again;
         if sh.delivered.len() == total {
             return true;
         }
@@ -153,13 +158,16 @@ fn helper(io: &Io, mode: Helper) {
         }
         !k.socket.is_empty()
     };
+    let before = sh.again;
     if ready {
         let more = io.serve(&mut sh);
         sh.again |= more;
     }
-    let again = sh.again;
+    // Only what this helper left: what was there before, the I/O thread's
+    // last turn saw, or the helper that left it notified.
+    let added = sh.again && !before;
     drop(sh);
-    if again && mode != Helper::NoNotify {
+    if added && mode != Helper::NoNotify {
         io.notify();
     }
 }

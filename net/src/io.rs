@@ -89,7 +89,9 @@
 //! * A connection a helper left with more to read goes on `again` and the
 //!   helper notifies the poller: bytes already taken into the record layer
 //!   are not socket readiness, and the I/O thread must revisit them
-//!   without waiting.
+//!   without waiting. The I/O thread itself carries whether it left
+//!   `again` non-empty from one turn to the next, so it takes the lock
+//!   once a turn.
 //!
 //! Frames of one connection are read and delivered under the one lock, by
 //! one thread at a time, so their order is kept. Handlers then run on

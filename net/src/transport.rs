@@ -947,6 +947,7 @@ impl Inner {
             if conns.is_empty() || me.poller.peek(events).is_err() {
                 continue;
             }
+            let left = again.len();
             for ev in events.iter() {
                 // The listener's and the pending handshakes' events are the
                 // I/O thread's: level-triggered, its own wait reports them.
@@ -957,10 +958,11 @@ impl Inner {
                     });
                 }
             }
-            if !again.is_empty() {
+            if again.len() > left {
                 // More to read, maybe already in the record layer where no
                 // readiness reports it: the I/O thread's next turn must not
-                // wait.
+                // wait. (What was there before, its last turn saw, or the
+                // helper that left it notified.)
                 let _ = me.poller.notify();
             }
         }
