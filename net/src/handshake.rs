@@ -969,6 +969,8 @@ pub(crate) fn initiate(
             }
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            // The read timeout set above ran out (Linux says `EAGAIN`).
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Err(NetError::Timeout),
             Err(e) => return Err(e.into()),
         };
         step = match hs.feed(&buf[..n]) {

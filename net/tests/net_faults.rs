@@ -250,3 +250,21 @@ fn a_handler_that_panics_takes_its_connection_down_not_its_thread() {
     b.shutdown();
     assert_lifecycles(&ra.events());
 }
+
+/// A listener that accepts and never answers the handshake: the connect
+/// fails with a timeout, named as one (the read timeout's `EAGAIN` once
+/// came through as "i/o error: Resource temporarily unavailable").
+#[test]
+fn a_peer_that_never_answers_the_handshake_is_a_timeout() {
+    init_log();
+    let mute = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let (a, _) = start(config("a", "c").connect_timeout(Duration::from_millis(300)));
+    let t = std::time::Instant::now();
+    match a.connect(mute.local_addr().unwrap()) {
+        Err(NetError::Timeout) => {}
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    assert!(t.elapsed() < Duration::from_secs(10), "hang guard");
+    drop(mute);
+    a.shutdown();
+}
