@@ -5,6 +5,7 @@
 use super::OverlayConfig;
 use crate::pid::NodeId;
 use ahash::AHashMap;
+use std::collections::hash_map::Entry;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -91,6 +92,9 @@ pub(super) const BRIEF_IDLE: Duration = Duration::from_millis(500);
 pub(super) struct Known {
     pub(super) name: String,
     pub(super) addr: SocketAddr,
+    /// `addr` formatted once, when the record is learnt (formatting it
+    /// for each record sent was most of the cost of a whole list).
+    pub(super) addr_text: String,
     pub(super) inc: u64,
     pub(super) up: bool,
 }
@@ -99,7 +103,7 @@ impl Known {
     pub(super) fn wire(&self) -> Member {
         Member {
             name: self.name.clone(),
-            addr: self.addr.to_string(),
+            addr: self.addr_text.clone(),
             inc: self.inc,
             up: self.up,
         }
@@ -144,6 +148,8 @@ pub(super) struct State {
     pub(super) refused: Option<Instant>,
     /// News to flood at the next tick, and the neighbour each came from.
     pub(super) news: Vec<(Member, Option<NodeId>)>,
+    /// Where each member's record lies in `news`.
+    pub(super) news_at: AHashMap<NodeId, usize>,
     /// The overlay thread sleeps past the short tick (see `overlay::run`):
     /// a change that [wants a tick](State::wants_tick) must wake it.
     pub(super) sleeping: bool,
@@ -192,6 +198,7 @@ impl State {
             refused: None,
             last_probe: now,
             news: Vec::new(),
+            news_at: AHashMap::new(),
             sleeping: false,
         }
     }
@@ -371,17 +378,19 @@ impl State {
             }
             return false;
         }
-        let Ok(addr) = m.addr.parse::<SocketAddr>() else {
-            return false;
-        };
-        let old = self.members.get(&id).cloned();
-        let newer = match &old {
-            None => true,
-            Some(k) => m.inc > k.inc || (m.inc == k.inc && k.up && !m.up),
+        // Most records a node hears it knows already (each news reaches it
+        // from most neighbours, and a digest's whole list is mostly old):
+        // those are told apart without a copy or an address parse.
+        let (newer, was_up) = match self.members.get(&id) {
+            None => (true, false),
+            Some(k) => (m.inc > k.inc || (m.inc == k.inc && k.up && !m.up), k.up),
         };
         if !newer {
             return false;
         }
+        let Ok(addr) = m.addr.parse::<SocketAddr>() else {
+            return false;
+        };
         if !m.up && connected(id) {
             // A node this one holds a live connection to (its heartbeats
             // answer) said to be down: tell it, so it refutes. (A later
@@ -394,12 +403,12 @@ impl State {
             ));
             return false;
         }
-        let was_up = old.as_ref().is_some_and(|k| k.up);
         self.members.insert(
             id,
             Known {
                 name: m.name.clone(),
                 addr,
+                addr_text: addr.to_string(),
                 inc: m.inc,
                 up: m.up,
             },
@@ -424,9 +433,16 @@ impl State {
     pub(super) fn flood(&mut self, news: Vec<Member>, except: Option<NodeId>, _out: &mut Out) {
         for m in news {
             // The latest record of a member replaces an earlier one (it
-            // won the merge that made it news).
-            self.news.retain(|(k, _)| k.name != m.name);
-            self.news.push((m, except));
+            // won the merge that made it news), found by its id: a search
+            // of the list per record made a joiner's first list (a
+            // thousand members, all news) a million name comparisons.
+            match self.news_at.entry(NodeId::from_name(&m.name)) {
+                Entry::Occupied(e) => self.news[*e.get()] = (m, except),
+                Entry::Vacant(e) => {
+                    e.insert(self.news.len());
+                    self.news.push((m, except));
+                }
+            }
         }
     }
 
@@ -436,6 +452,7 @@ impl State {
             return;
         }
         let news = std::mem::take(&mut self.news);
+        self.news_at.clear();
         for a in &self.active {
             let members: Vec<Member> = news
                 .iter()
@@ -1188,5 +1205,33 @@ mod tests {
         assert!(other.merge(&member("r", inc, false), NOT_CONNECTED, &mut out));
         assert!(other.merge(&members[0], NOT_CONNECTED, &mut out));
         assert!(other.is_up(id("r")));
+    }
+
+    /// A member's later record replaces its earlier one in the news (one
+    /// record a member), and each record goes to every neighbour but the
+    /// one its latest version came from.
+    #[test]
+    fn news_keeps_the_latest_record_of_each_member() {
+        let mut st = state("a");
+        let (n1, n2) = (know(&mut st, "n1"), know(&mut st, "n2"));
+        st.active = vec![n1, n2];
+        let mut out = Out::default();
+        st.flood(
+            vec![member("x", 5, true), member("y", 5, true)],
+            Some(n1),
+            &mut out,
+        );
+        st.flood(vec![member("x", 6, false)], Some(n2), &mut out);
+        st.send_news(&mut out);
+        let to = |n: NodeId| match sent_to(&out, n)[..] {
+            [Msg::Gossip { ref members }] => members
+                .iter()
+                .map(|m| (m.name.clone(), m.inc, m.up))
+                .collect::<Vec<_>>(),
+            ref other => panic!("{other:?}"),
+        };
+        assert_eq!(to(n1), vec![("x".into(), 6, false)]);
+        assert_eq!(to(n2), vec![("y".into(), 5, true)]);
+        assert!(st.news.is_empty() && st.news_at.is_empty());
     }
 }
