@@ -338,6 +338,7 @@ pub(crate) fn run(node: Weak<NodeShared>, cfg: DiscoveryConfig) {
     // Seeds that failed, so each failure is logged at `warn` once.
     let mut failing: HashSet<Seed> = HashSet::new();
     let mut wait = cfg.interval;
+    let mut polls = 0u64;
     loop {
         let mut idle = true;
         let Some(n) = node.upgrade() else { return };
@@ -345,8 +346,17 @@ pub(crate) fn run(node: Weak<NodeShared>, cfg: DiscoveryConfig) {
             return;
         }
         let polled = cfg.source.lock().seeds();
+        polls += 1;
         match polled {
-            Ok(seeds) => {
+            Ok(mut seeds) => {
+                // In the partial overlay the first seed that answers is the
+                // contact: each node starts at its own place in the list,
+                // so a cluster's joins spread over its seeds instead of all
+                // queueing at the first one.
+                if n.dist.mon.overlay().is_some() && !seeds.is_empty() {
+                    let at = spread(n.id.0, polls) % seeds.len() as u64;
+                    seeds.rotate_left(at as usize);
+                }
                 for seed in seeds {
                     if n.stopping.load(Ordering::Relaxed) {
                         return;
@@ -390,6 +400,15 @@ pub(crate) fn run(node: Weak<NodeShared>, cfg: DiscoveryConfig) {
     }
 }
 
+/// A well-mixed number from a node's id and its poll count (SplitMix64's
+/// finaliser): where in the seed list this poll starts.
+fn spread(id: u64, poll: u64) -> u64 {
+    let mut z = id ^ poll.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
 /// Connects to `seed` unless it is this node or already connected (in the
 /// partial overlay: joins through it while this node has no neighbour);
 /// `Ok(false)`: there was nothing to do.
@@ -429,5 +448,27 @@ fn connect_seed(n: &Arc<NodeShared>, seed: &Seed) -> Result<bool, Error> {
             }
             crate::netmon::connect_name_on(n, name).map(|_| true)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::spread;
+    use crate::pid::NodeId;
+
+    /// Nodes start their polls at every place in a seed list alike, and a
+    /// node's next poll starts elsewhere (a seed that keeps failing it is
+    /// not always tried first).
+    #[test]
+    fn polls_start_at_every_seed_alike() {
+        let mut at = [0usize; 4];
+        for i in 0..1000 {
+            let id = NodeId::from_name(&format!("graft-{i:08x}@127.0.0.1"));
+            at[(spread(id.0, 1) % 4) as usize] += 1;
+        }
+        assert!(at.iter().all(|&k| (200..=300).contains(&k)), "{at:?}");
+        let id = NodeId::from_name("kv@127.0.0.1:4370");
+        let starts: std::collections::HashSet<u64> = (1..=8).map(|p| spread(id.0, p) % 4).collect();
+        assert!(starts.len() > 1, "{starts:?}");
     }
 }
