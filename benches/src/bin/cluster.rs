@@ -4,7 +4,10 @@
 //!
 //! - `formation_ms_nN`: from starting the OS processes until every node
 //!   sees the N-1 others (they find each other through discovery: static
-//!   seeds naming the first node, then the mesh's own transitive connects);
+//!   seeds naming the first node of each hosting process, as a DNS name
+//!   lists a few pods, then the mesh's own transitive connects; those first
+//!   nodes themselves join through the first host's, so that one cluster
+//!   forms);
 //! - `connections_per_node_nN`, `threads_per_node_nN`, `rss_mb_per_node_nN`
 //!   (threads and RSS of the hosting processes, divided by their nodes);
 //! - `heartbeat_cpu_percent_nN`: CPU of the idle cluster over 2 s
@@ -18,8 +21,8 @@
 //! default is the full mesh. With the overlay, "sees" means membership
 //! (`Node::nodes`) and the connections are what each node holds.
 //!
-//! The parent re-executes itself as `cluster --host K --nodes M --seed ADDR
-//! --n N`: each host starts M nodes, prints `ready <unix ms>` once all its
+//! The parent re-executes itself as `cluster --host K --nodes M --seeds
+//! ADDR,... --n N`: each host starts M nodes, prints `ready <unix ms>` once all its
 //! nodes see N-1 peers, then answers `stats` and `watch` on stdin.
 
 use graft::discovery::StaticSeeds;
@@ -102,9 +105,17 @@ fn metric(what: &str, n: usize) -> String {
 }
 
 fn run(n: usize) {
-    let seed = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port");
+    // One seed address per host, free when chosen (the listeners are held
+    // together, so the ports differ).
+    let held: Vec<_> = (0..HOSTS)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("a free port"))
+        .collect();
+    let seeds = held
+        .iter()
+        .map(|l| l.local_addr().expect("an address").to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    drop(held);
     let exe = std::env::current_exe().expect("current_exe");
     let t0 = unix_ms();
     let mut hosts: Vec<Host> = (0..HOSTS)
@@ -112,7 +123,7 @@ fn run(n: usize) {
             let per = n / HOSTS + usize::from(k < n % HOSTS);
             let mut child = Command::new(&exe)
                 .args(["--host", &k.to_string(), "--nodes", &per.to_string()])
-                .args(["--seed", &seed.to_string(), "--n", &n.to_string()])
+                .args(["--seeds", &seeds, "--n", &n.to_string()])
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
                 .spawn()
@@ -232,13 +243,13 @@ fn host(args: &[String]) {
     let k: usize = flag(args, "--host").parse().expect("--host K");
     let m: usize = flag(args, "--nodes").parse().expect("--nodes M");
     let n: usize = flag(args, "--n").parse().expect("--n N");
-    let seed = flag(args, "--seed").to_string();
-    let cfg = |listen: &str| {
+    let seeds: Vec<&str> = flag(args, "--seeds").split(',').collect();
+    let cfg = |listen: &str, seeds: &[&str]| {
         let c = NodeConfig::new(listen)
             .cookie("cluster-bench")
             .workers(1)
             .default_logger(std::env::var_os("GRAFT_CLUSTER_LOG").is_some())
-            .discovery(StaticSeeds::parse([seed.as_str()]).expect("the seed"))
+            .discovery(StaticSeeds::parse(seeds.iter().copied()).expect("the seeds"))
             .discovery_interval(Duration::from_millis(100));
         if partial() {
             c.topology(graft::Topology::Partial)
@@ -254,12 +265,13 @@ fn host(args: &[String]) {
     };
     let nodes: Vec<Node> = (0..m)
         .map(|i| {
-            let listen = if k == 0 && i == 0 {
-                seed.clone()
-            } else {
-                "127.0.0.1:0".to_string()
+            // The first node is this host's seed, and joins through the
+            // first host's; the others know every host's seed.
+            let node = match i {
+                0 => cfg(seeds[k], &seeds[..1]),
+                _ => cfg("127.0.0.1:0", &seeds),
             };
-            Node::start(cfg(&listen)).expect("a node")
+            Node::start(node).expect("a node")
         })
         .collect();
     let start = Instant::now();
@@ -276,8 +288,17 @@ fn host(args: &[String]) {
                 .filter_map(|x| x.overlay_view())
                 .map(|v| v.active.len())
                 .sum();
+            // The node that knows least, and how many have no neighbour.
+            let views: Vec<_> = nodes.iter().filter_map(|x| x.overlay_view()).collect();
+            let lonely = views.iter().filter(|v| v.active.is_empty()).count();
+            let least = views
+                .iter()
+                .min_by_key(|v| v.members.len())
+                .map(|v| format!("{}/{}/{}", v.active.len(), v.passive.len(), v.connections))
+                .unwrap_or_default();
             eprintln!(
-                "host {k} at {:?}: members min {} median {} max {}, active {:.1}, connections {:.1} per node",
+                "host {k} at {:?}: members min {} median {} max {}, active {:.1}, connections {:.1} per node; \
+                 {lonely} without a neighbour; least-known active/passive/connections {least}",
                 start.elapsed(),
                 seen[0],
                 seen[seen.len() / 2],
