@@ -80,9 +80,6 @@ pub(super) const ASK_TIMEOUT: Duration = Duration::from_secs(2);
 /// each tick kept a new on-demand connection open every 50 ms (a dozen
 /// at once on that node).
 pub(super) const ASK_BACKOFF: Duration = Duration::from_secs(1);
-/// How many anti-entropy rounds in a row may be skipped while news keeps
-/// coming (see `tick`).
-pub(super) const SYNC_DEFER: u32 = 4;
 /// Cluster size up to which each node checks one member outside its active
 /// view every `probe_every`; past it the interval grows with the size.
 pub(super) const PROBE_SCALE: usize = 32;
@@ -146,10 +143,6 @@ pub(super) struct State {
     pub(super) rng: u64,
     pub(super) last_shuffle: Instant,
     pub(super) last_sync: Instant,
-    /// When a digest was last sent (see [`SYNC_DEFER`]).
-    pub(super) last_synced: Instant,
-    /// When this node last learnt news (a record that changed its list).
-    pub(super) last_news: Option<Instant>,
     pub(super) last_probe: Instant,
     /// When a `Neighbor` request was last refused (see [`ASK_BACKOFF`]).
     pub(super) refused: Option<Instant>,
@@ -202,8 +195,6 @@ impl State {
             rng: me_id.0 | 1,
             last_shuffle: now,
             last_sync: now,
-            last_synced: now,
-            last_news: None,
             refused: None,
             last_probe: now,
             news: Vec::new(),
@@ -440,9 +431,6 @@ impl State {
     /// kept the hosts' I/O threads saturated; a tick's news in one
     /// message costs at most a tick per hop.
     pub(super) fn flood(&mut self, news: Vec<Member>, except: Option<NodeId>, _out: &mut Out) {
-        if !news.is_empty() {
-            self.last_news = Some(Instant::now());
-        }
         for m in news {
             // The latest record of a member replaces an earlier one (it
             // won the merge that made it news), found by its id: a search
@@ -830,16 +818,7 @@ pub(super) fn tick(
     }
     if now.duration_since(st.last_sync) >= cfg.sync_every {
         st.last_sync = now;
-        // While news keeps coming (a cluster forming, or churning) the
-        // flood is carrying it and digests differ anyway: each round would
-        // swap whole lists. The exchange waits for a quiet round, at most
-        // `SYNC_DEFER` rounds.
-        let busy = st
-            .last_news
-            .is_some_and(|t| now.duration_since(t) < cfg.sync_every);
-        let due = now.duration_since(st.last_synced) >= cfg.sync_every * SYNC_DEFER;
-        if let Some(to) = st.pick(&active, &[]).filter(|_| !busy || due) {
-            st.last_synced = now;
+        if let Some(to) = st.pick(&active, &[]) {
             out.send.push((
                 to,
                 Msg::SyncDigest {
@@ -1254,44 +1233,5 @@ mod tests {
         assert_eq!(to(n1), vec![("x".into(), 6, false)]);
         assert_eq!(to(n2), vec![("y".into(), 5, true)]);
         assert!(st.news.is_empty() && st.news_at.is_empty());
-    }
-
-    /// While news keeps coming the anti-entropy round is put off (the
-    /// flood carries the news; whole lists would be swapped for nothing),
-    /// at most `SYNC_DEFER` rounds; a quiet node sends its digest on time.
-    #[test]
-    fn the_anti_entropy_waits_for_a_quiet_round_but_not_forever() {
-        let cfg = cfg();
-        let digests = |out: &Out| {
-            out.send
-                .iter()
-                .filter(|(_, m)| matches!(m, Msg::SyncDigest { .. }))
-                .count()
-        };
-        let mut a = state("a");
-        let n = know(&mut a, "n");
-        a.active.push(n);
-        let now = Instant::now();
-        // News a moment ago, the last digest one round ago: put off.
-        a.flood(vec![member("x", 5, true)], Some(n), &mut Out::default());
-        a.last_sync = now - cfg.sync_every;
-        a.last_synced = now - cfg.sync_every;
-        let mut out = Out::default();
-        tick(&mut a, &cfg, &mut out, &[]);
-        assert_eq!(digests(&out), 0, "{:?}", out.send);
-        // Still news, but the last digest is `SYNC_DEFER` rounds old: sent.
-        a.flood(vec![member("y", 5, true)], Some(n), &mut Out::default());
-        a.last_sync = now - cfg.sync_every;
-        a.last_synced = now - cfg.sync_every * SYNC_DEFER;
-        let mut out = Out::default();
-        tick(&mut a, &cfg, &mut out, &[]);
-        assert_eq!(digests(&out), 1, "{:?}", out.send);
-        // No news for a round: sent at once.
-        a.last_news = Some(now - cfg.sync_every);
-        a.last_sync = now - cfg.sync_every;
-        a.last_synced = now - cfg.sync_every;
-        let mut out = Out::default();
-        tick(&mut a, &cfg, &mut out, &[]);
-        assert_eq!(digests(&out), 1, "{:?}", out.send);
     }
 }
