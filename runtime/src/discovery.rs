@@ -410,7 +410,8 @@ fn spread(id: u64, poll: u64) -> u64 {
 }
 
 /// Connects to `seed` unless it is this node or already connected (in the
-/// partial overlay: joins through it while this node has no neighbour);
+/// partial overlay: joins through it while this node has no neighbour or
+/// does not know the seed as a member);
 /// `Ok(false)`: there was nothing to do.
 fn connect_seed(n: &Arc<NodeShared>, seed: &Seed) -> Result<bool, Error> {
     let Some(t) = n.dist.transport() else {
@@ -418,18 +419,19 @@ fn connect_seed(n: &Arc<NodeShared>, seed: &Seed) -> Result<bool, Error> {
     };
     if let Some(o) = n.dist.mon.overlay() {
         // The partial overlay: a seed is a contact to join through, while
-        // this node has no neighbour.
-        if o.has_active() {
-            return Ok(false);
-        }
+        // this node has no neighbour or the seed is no member it knows
+        // (`Overlay::wants_join`).
         let id = match seed {
             Seed::Addr(a) if *a == t.local_addr() || *a == t.advertised_addr() => return Ok(false),
+            Seed::Addr(a) if !o.wants_join(Some(*a), None) => return Ok(false),
             Seed::Addr(a) => crate::node::connect_transport(n, *a)?,
             Seed::Name(name) if NodeId::from_name(name) == n.id => return Ok(false),
+            Seed::Name(name) if !o.wants_join(None, Some(NodeId::from_name(name))) => {
+                return Ok(false)
+            }
             Seed::Name(name) => crate::netmon::connect_name_on(n, name)?,
         };
-        o.join(n, id);
-        return Ok(true);
+        return Ok(o.join(n, id));
     }
     let peers = t.peers();
     match seed {

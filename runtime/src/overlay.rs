@@ -329,8 +329,17 @@ impl Overlay {
         self.st.lock().is_up(id)
     }
 
-    pub(crate) fn has_active(&self) -> bool {
-        !self.st.lock().active.is_empty()
+    /// Whether a seed at `addr` (or named `id`) needs a join: while this
+    /// node has no neighbour, and also while the seed is no member it
+    /// knows, up or down. Such a seed may head another cluster that formed
+    /// beside this one (nodes that joined it before it joined anyone: with
+    /// several seeds, one quarter of a 512-node cluster stayed apart), and
+    /// a join through it links the two.
+    pub(crate) fn wants_join(&self, addr: Option<SocketAddr>, id: Option<NodeId>) -> bool {
+        let st = self.st.lock();
+        st.active.is_empty()
+            || !(id.is_some_and(|i| i == st.me_id || st.members.contains_key(&i))
+                || addr.is_some_and(|a| st.members.values().any(|k| k.addr == a)))
     }
 
     pub(crate) fn view(&self, n: &NodeShared) -> OverlayView {
@@ -365,15 +374,21 @@ impl Overlay {
     }
 
     /// Joins the cluster through `contact` (connected), unless this node
-    /// already has neighbours.
-    pub(crate) fn join(&self, n: &Arc<NodeShared>, contact: NodeId) {
+    /// already has neighbours and knows `contact` as a member (see
+    /// [`wants_join`](Self::wants_join)), or holds it as a neighbour;
+    /// whether it sent the join.
+    pub(crate) fn join(&self, n: &Arc<NodeShared>, contact: NodeId) -> bool {
+        let mut joined = false;
         self.with(n, |st, cfg, out| {
-            if !st.active.is_empty() || contact == st.me_id {
+            let known = st.members.contains_key(&contact) && !st.active.is_empty();
+            if known || contact == st.me_id || st.active.contains(&contact) {
                 return;
             }
             st.add_active(contact, cfg, out);
             out.send.push((contact, Msg::Join { me: st.me.clone() }));
+            joined = true;
         });
+        joined
     }
 
     /// A connection came up.

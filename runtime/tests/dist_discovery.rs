@@ -295,3 +295,49 @@ fn polls_that_find_nothing_to_do_back_off_and_a_failing_seed_is_retried_at_the_i
     assert!(busy >= 15, "{busy} polls in 1 s with a seed to reach");
     c.shutdown();
 }
+
+/// Two partial-overlay clusters that formed apart ({a, x} and {b, y}, as
+/// when nodes join one seed before that seed has joined the other) become
+/// one when a node whose seeds name both joins: it joins through the seed
+/// it does not know as a member even though it has neighbours, and the
+/// join links the two. Without that, the second cluster stayed apart.
+#[test]
+fn a_seed_of_another_cluster_is_joined_and_the_two_become_one() {
+    let partial = |listen: &str| cfg(listen).topology(graft::Topology::Partial);
+    let a = Node::start(partial("127.0.0.1:0")).unwrap();
+    let b = Node::start(partial("127.0.0.1:0")).unwrap();
+    let seeds = |s: &[&Node]| StaticSeeds(s.iter().map(|n| Seed::Addr(n.addr())).collect());
+    let x = Node::start(
+        partial("127.0.0.1:0")
+            .discovery(seeds(&[&a]))
+            .discovery_interval(POLL),
+    )
+    .unwrap();
+    let y = Node::start(
+        partial("127.0.0.1:0")
+            .discovery(seeds(&[&b]))
+            .discovery_interval(POLL),
+    )
+    .unwrap();
+    until_connected(&a, &[x.id()]);
+    until_connected(&b, &[y.id()]);
+    assert!(!a.nodes().contains(&b.id()), "a and b apart at first");
+    let z = Node::start(
+        partial("127.0.0.1:0")
+            .discovery(seeds(&[&a, &b]))
+            .discovery_interval(POLL),
+    )
+    .unwrap();
+    let all = [&a, &b, &x, &y, &z];
+    for n in all {
+        let others: Vec<NodeId> = all
+            .iter()
+            .filter(|o| o.id() != n.id())
+            .map(|o| o.id())
+            .collect();
+        until_connected(n, &others);
+    }
+    for n in all {
+        n.shutdown();
+    }
+}
