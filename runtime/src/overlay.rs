@@ -11,6 +11,9 @@
 //! takes it into its active view and starts a `ForwardJoin` random walk on
 //! each of its other neighbours (active random walk length 6, passive 3);
 //! where a walk ends the node there asks the joiner to be its neighbour. A
+//! node with neighbours still joins through a seed it does not know as a
+//! member: that seed may head a cluster that formed apart (nodes that
+//! joined it before it joined anyone), and the join makes the two one. A
 //! node below its target asks a passive node (`Neighbor`, with priority
 //! when its active view is empty: such a request is never refused). Every
 //! few seconds a `Shuffle` walk exchanges a sample of both views, refreshing
