@@ -340,9 +340,15 @@ impl Overlay {
     /// a join through it links the two.
     pub(crate) fn wants_join(&self, addr: Option<SocketAddr>, id: Option<NodeId>) -> bool {
         let st = self.st.lock();
-        st.active.is_empty()
-            || !(id.is_some_and(|i| i == st.me_id || st.members.contains_key(&i))
-                || addr.is_some_and(|a| st.members.values().any(|k| k.addr == a)))
+        // A seed known only by address is looked up among the members.
+        let id = id.or_else(|| {
+            let a = addr?;
+            st.members
+                .iter()
+                .find(|(_, k)| k.addr == a)
+                .map(|(i, _)| *i)
+        });
+        id.is_none_or(|i| st.wants_join(i))
     }
 
     pub(crate) fn view(&self, n: &NodeShared) -> OverlayView {
@@ -376,15 +382,12 @@ impl Overlay {
         self.apply(n, out);
     }
 
-    /// Joins the cluster through `contact` (connected), unless this node
-    /// already has neighbours and knows `contact` as a member (see
-    /// [`wants_join`](Self::wants_join)), or holds it as a neighbour;
-    /// whether it sent the join.
+    /// Joins the cluster through `contact` (connected) if it
+    /// [wants to](State::wants_join); whether it sent the join.
     pub(crate) fn join(&self, n: &Arc<NodeShared>, contact: NodeId) -> bool {
         let mut joined = false;
         self.with(n, |st, cfg, out| {
-            let known = st.members.contains_key(&contact) && !st.active.is_empty();
-            if known || contact == st.me_id || st.active.contains(&contact) {
+            if !st.wants_join(contact) {
                 return;
             }
             st.add_active(contact, cfg, out);

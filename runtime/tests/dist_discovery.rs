@@ -300,7 +300,11 @@ fn polls_that_find_nothing_to_do_back_off_and_a_failing_seed_is_retried_at_the_i
 /// when nodes join one seed before that seed has joined the other) become
 /// one when a node whose seeds name both joins: it joins through the seed
 /// it does not know as a member even though it has neighbours, and the
-/// join links the two. Without that, the second cluster stayed apart.
+/// join links the two. With discovery looking at no seed once the node
+/// has neighbours (the rule before), the second cluster stayed apart.
+/// (The join's own rule, `State::wants_join`, has a unit test: once the
+/// node is connected to the stranger, other overlay traffic over that
+/// connection also merges the two here.)
 #[test]
 fn a_seed_of_another_cluster_is_joined_and_the_two_become_one() {
     let partial = |listen: &str| cfg(listen).topology(graft::Topology::Partial);

@@ -301,6 +301,15 @@ impl State {
             || self.suspects.contains_key(&id)
     }
 
+    /// Whether to join through `id`: while this node has no neighbour, and
+    /// also while `id` is no member it knows, up or down (it may head a
+    /// cluster that formed apart); never through itself or a neighbour.
+    pub(super) fn wants_join(&self, id: NodeId) -> bool {
+        id != self.me_id
+            && !self.active.contains(&id)
+            && (self.active.is_empty() || !self.members.contains_key(&id))
+    }
+
     /// How long the on-demand connection to `id` may carry nothing before
     /// it is closed: `idle_close`, or [`BRIEF_IDLE`] for a link the overlay
     /// opened for itself (never longer than `idle_close` either).
@@ -1233,5 +1242,22 @@ mod tests {
         assert_eq!(to(n1), vec![("x".into(), 6, false)]);
         assert_eq!(to(n2), vec![("y".into(), 5, true)]);
         assert!(st.news.is_empty() && st.news_at.is_empty());
+    }
+
+    /// A node joins through a contact while it has no neighbour, and,
+    /// with neighbours, through one it does not know as a member (the
+    /// head of a cluster that formed apart); never through itself, a
+    /// neighbour, or a member it knows while it has neighbours.
+    #[test]
+    fn a_join_is_wanted_alone_or_through_a_stranger() {
+        let mut st = state("a");
+        let known = know(&mut st, "k");
+        assert!(st.wants_join(known), "no neighbour: any contact");
+        assert!(!st.wants_join(id("a")), "never itself");
+        let n = know(&mut st, "n");
+        st.active.push(n);
+        assert!(!st.wants_join(n), "a neighbour");
+        assert!(!st.wants_join(known), "a member it knows");
+        assert!(st.wants_join(id("stranger")), "a node it does not know");
     }
 }
