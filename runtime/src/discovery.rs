@@ -352,8 +352,9 @@ pub(crate) fn run(node: Weak<NodeShared>, cfg: DiscoveryConfig) {
                 // In the partial overlay the first seed that answers is the
                 // contact: each node starts at its own place in the list,
                 // so a cluster's joins spread over its seeds instead of all
-                // queueing at the first one.
-                if n.dist.mon.overlay().is_some() && !seeds.is_empty() {
+                // queueing at the first one. (The full mesh connects every
+                // seed, in any order.)
+                if !seeds.is_empty() {
                     let at = spread(n.id.0, polls) % seeds.len() as u64;
                     seeds.rotate_left(at as usize);
                 }
