@@ -376,6 +376,8 @@ pub(crate) struct Conn {
     dead_after: Duration,
     /// Heartbeat round trip (see "Heartbeat round trip" below).
     rtt: Rtt,
+    /// Whether this side sends the pings (see "Heartbeat round trip").
+    pings: bool,
     /// Which lane of its peer this is, and the session's lane material
     /// (see "Parallel lanes").
     pub(crate) group: Group,
@@ -418,6 +420,7 @@ impl Conn {
         limits: Limits,
         dead_after: Duration,
         group: Group,
+        pings: bool,
     ) -> Conn {
         Conn {
             group,
@@ -455,7 +458,11 @@ impl Conn {
             busy: AtomicBool::new(false),
             limits,
             dead_after,
-            rtt: Rtt::default(),
+            rtt: Rtt {
+                heard: stamp_now().into(),
+                ..Rtt::default()
+            },
+            pings,
             io: OnceLock::new(),
         }
     }
@@ -837,7 +844,7 @@ impl Conn {
                 out.held = false; // the writer takes them
                 let max = self.limits.max_message;
                 out.take_fragments(&mut w.pieces, max);
-                if w.last_write.duration_since(w.last_ping) >= w.tick {
+                if self.pings && w.last_write.duration_since(w.last_ping) >= w.tick {
                     // A ping even when busy: the round trip stays fresh.
                     self.rtt.ping(&mut w.spare);
                     w.last_ping = w.last_write;
@@ -850,10 +857,13 @@ impl Conn {
             }
             let due = w.last_write + w.tick;
             let now = Instant::now();
-            if now >= due {
+            if now >= due && self.pings {
                 self.rtt.ping(&mut w.spare);
                 w.last_ping = now;
                 return Take::Work;
+            }
+            if now >= due {
+                return Take::Idle(now + w.tick);
             }
             return Take::Idle(due);
         }
@@ -1008,11 +1018,21 @@ impl Conn {
     /// sent for a tick (see `io.rs`, "Timers"), as any sender would (so it
     /// is written directly when the write side is the senders').
     pub(crate) fn ping_if_due(&self, tick: Duration) {
-        let last = self.rtt.sent.load(Ordering::Relaxed);
-        if stamp_now().saturating_sub(last) < tick.as_nanos() as u64 {
+        let now = stamp_now();
+        let tick = tick.as_nanos() as u64;
+        let heard = self.rtt.heard.load(Ordering::Relaxed);
+        // The answering side pings too once it has heard nothing for two
+        // ticks (the pinging side's tick thread starved, or its pings
+        // lost): the other side's I/O thread answers, so each side keeps
+        // hearing from the other while either one's pings go out.
+        if !self.pings && now.saturating_sub(heard) < 2 * tick {
             return;
         }
-        let len = frame::HEADER_LEN + 9;
+        let last = self.rtt.sent.load(Ordering::Relaxed);
+        if now.saturating_sub(last) < tick {
+            return;
+        }
+        let len = frame::HEADER_LEN + 17;
         let _ = self.push(u64::MAX, false, len, |b| self.rtt.ping(b));
     }
 
@@ -1238,14 +1258,31 @@ impl Conn {
 
 // # Heartbeat round trip
 //
-// A heartbeat may carry 9 bytes: a tag (`PING` or `PONG`) and a stamp.
-// The writer's heartbeats are pings (one a tick, also when traffic is
-// dense); the reader answers a ping with a pong carrying the same stamp,
-// queued like any frame (so the round trip includes the outboxes, as a
-// message would see them); a pong whose stamp is the last ping's gives the
-// round trip. Any other stamp (a late pong, a forgery) is ignored. An
-// empty heartbeat (an older peer) is a heartbeat only: its round trip is
-// then unknown.
+// A heartbeat may carry 9 bytes: a tag (`PING` or `PONG`) and a stamp; a
+// ping 17, with the sender's last round trip in ns after the stamp (0:
+// none yet). Only one side of a connection pings: the one whose node name
+// is the smaller (`Conn::pings`); the other answers. Each side then
+// still hears from the other every tick (a ping, or the pong to its own),
+// which is all the dead window needs, with half the frames and wake-ups
+// of pings both ways (an idle cluster's connections carry nothing else).
+// The answering side pings as well while it has heard no heartbeat for
+// two ticks (`Conn::ping_if_due`): on a starved machine the pinging
+// side's tick thread may not run for a whole dead window, and the
+// answering side's pings, answered by the other's I/O thread, keep both
+// sides hearing each other then (a 1,000-node run on two CPUs dropped
+// thousands of live connections for silence without it).
+// The pinging side's heartbeats are pings (one a tick, also when traffic
+// is dense); the reader answers a ping with a pong carrying the same
+// stamp, queued like any frame (so the round trip includes the outboxes,
+// as a message would see them); a pong whose stamp is the last ping's
+// gives the round trip, and the answering side learns it from the next
+// ping. Any other stamp (a late pong, a forgery) is ignored. An empty
+// heartbeat (an older peer) is a heartbeat only: its round trip is then
+// unknown. (A peer that pings from both sides, as before, is answered
+// alike.)
+
+/// A round trip told in a ping above this (an hour) is not believed.
+const MAX_TOLD_RTT_NS: u64 = 3_600_000_000_000;
 
 /// Tag of a heartbeat that asks for an echo.
 const PING: u8 = 1;
@@ -1261,6 +1298,8 @@ struct Rtt {
     last_ns: std::sync::atomic::AtomicU64,
     /// Stamp of the last ping sent (0: none).
     sent: std::sync::atomic::AtomicU64,
+    /// Stamp of the last heartbeat received (ping or pong).
+    heard: std::sync::atomic::AtomicU64,
 }
 
 /// Nanoseconds on a process-wide clock, never 0.
@@ -1270,13 +1309,15 @@ fn stamp_now() -> u64 {
 }
 
 impl Rtt {
-    /// Appends a ping heartbeat to `buf`.
+    /// Appends a ping heartbeat to `buf`, with the last round trip.
     fn ping(&self, buf: &mut Vec<u8>) {
         let stamp = stamp_now();
         self.pending.store(stamp, Ordering::Relaxed);
         self.sent.store(stamp, Ordering::Relaxed);
-        let mut p = [PING; 9];
-        p[1..].copy_from_slice(&stamp.to_be_bytes());
+        let mut p = [PING; 17];
+        p[1..9].copy_from_slice(&stamp.to_be_bytes());
+        let last = self.last_ns.load(Ordering::Relaxed);
+        p[9..].copy_from_slice(&last.to_be_bytes());
         frame::encode(buf, kind::HEARTBEAT, 0, &p);
     }
 }
@@ -1284,12 +1325,25 @@ impl Rtt {
 impl Conn {
     /// A heartbeat's payload: answer a ping, time a pong.
     fn on_heartbeat(&self, payload: &[u8]) {
-        let Ok(p) = <[u8; 9]>::try_from(payload) else {
-            return;
+        // A ping may carry the sender's last round trip after the stamp.
+        let (head, theirs) = match payload.len() {
+            9 => (payload, None),
+            17 => (&payload[..9], Some(&payload[9..])),
+            _ => return,
         };
+        let p: [u8; 9] = head.try_into().expect("9 bytes");
+        self.rtt.heard.store(stamp_now(), Ordering::Relaxed);
         let stamp = u64::from_be_bytes(p[1..].try_into().expect("8 bytes"));
         match p[0] {
             PING => {
+                if let Some(ns) = theirs.map(|t| u64::from_be_bytes(t.try_into().expect("8 bytes")))
+                {
+                    // The pinging side's round trip is this side's too;
+                    // this side times none of its own while it only answers.
+                    if ns != 0 && ns < MAX_TOLD_RTT_NS && !self.pings {
+                        self.rtt.last_ns.store(ns, Ordering::Relaxed);
+                    }
+                }
                 let mut pong = p;
                 pong[0] = PONG;
                 // Key `u64::MAX` is no sender's: the echo never waits

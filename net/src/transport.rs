@@ -1313,6 +1313,7 @@ impl Inner {
         sealer: Sealer,
         group: crate::conn::Group,
     ) -> io::Result<Arc<Conn>> {
+        let pings = self.cfg.name < info.name;
         Ok(Arc::new(Conn::new(
             info,
             stream.try_clone()?,
@@ -1325,6 +1326,8 @@ impl Inner {
             },
             self.dead_after(hello),
             group,
+            // One side pings (see `conn.rs`, "Heartbeat round trip").
+            pings,
         )))
     }
 
