@@ -44,3 +44,37 @@ fn stop_ends_the_wait() {
         s.join().unwrap();
     });
 }
+
+/// The overlay's nap (`nap_unless`): a poke while the thread goes to nap,
+/// or naps, ends the nap (no lost poke), though it is signalled apart from
+/// plain naps (`Quiet::poke` wakes only these). With the flag set before
+/// the poke took the lock, as it was, loom finds an execution in which the
+/// napper reads the flag unset after the poke's wake-up and naps on.
+#[test]
+fn a_poke_after_the_flag_ends_the_nap() {
+    loom::model(|| {
+        let q = Arc::new(Quiet::new(1));
+        let flag = Arc::new(loom::sync::atomic::AtomicBool::new(false));
+        let p = {
+            let (q, flag) = (q.clone(), flag.clone());
+            thread::spawn(move || q.poke(&flag))
+        };
+        // loom has no time: the nap ends only through the flag and poke.
+        assert!(q.nap_unless(std::time::Duration::from_secs(3600), &flag));
+        p.join().unwrap();
+    });
+}
+
+/// A plain nap is ended by the node's stop.
+#[test]
+fn stop_ends_a_nap() {
+    loom::model(|| {
+        let q = Arc::new(Quiet::new(1));
+        let s = {
+            let q = q.clone();
+            thread::spawn(move || q.stop())
+        };
+        assert!(!q.nap(std::time::Duration::from_secs(3600)));
+        s.join().unwrap();
+    });
+}

@@ -376,8 +376,7 @@ impl Overlay {
             wake
         };
         if wake {
-            self.poked.store(true, crate::loom::Ordering::SeqCst);
-            n.sched.quiet.poke();
+            n.sched.quiet.poke(&self.poked);
         }
         self.apply(n, out);
     }

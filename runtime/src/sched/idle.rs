@@ -168,6 +168,10 @@ pub struct Quiet {
     /// `nap_unless`), apart from the housekeepers, so that a
     /// [`poke`](Quiet::poke) does not wake those.
     naps: Condvar,
+    /// Where `nap_unless` naps, apart from `nap`, so that a poke wakes only
+    /// the thread whose flag it set (the overlay's is poked at news; the
+    /// discovery thread's nap of seconds was cut at each).
+    pokes: Condvar,
     /// Periodic rounds the housekeepers ran (for tests and figures: a flat
     /// count over an idle second means no periodic wake-up).
     rounds: AtomicUsize,
@@ -183,6 +187,7 @@ impl Quiet {
             stopped: Mutex::new(false),
             cv: Condvar::new(),
             naps: Condvar::new(),
+            pokes: Condvar::new(),
             rounds: AtomicUsize::new(0),
         }
     }
@@ -264,20 +269,21 @@ impl Quiet {
     /// Sleeps `d`, or less if the node stops; `false` once it stops (for
     /// threads that tick whatever the workers do: discovery, the overlay).
     pub fn nap(&self, d: std::time::Duration) -> bool {
-        self.nap_while(d, || true)
+        self.nap_while(d, &self.naps, || true)
     }
 
-    /// As [`nap`](Quiet::nap), also cut short once `flag` is set and
-    /// [`poke`](Quiet::poke) called after it (the flag is cleared when it
-    /// ends the nap). The flag is read under the lock `poke` takes, so a
-    /// poke made after the nap began is never missed.
-    pub(crate) fn nap_unless(&self, d: std::time::Duration, flag: &AtomicBool) -> bool {
-        self.nap_while(d, || !flag.swap(false, Ordering::SeqCst))
+    /// As [`nap`](Quiet::nap), also cut short by [`poke`](Quiet::poke)
+    /// with the same `flag` (cleared when it ends the nap). The flag is
+    /// set and read under the lock, so a poke made after the nap began is
+    /// never missed (`loom-tests/tests/quiet.rs`; with the flag set before
+    /// the lock, as it was, loom finds an execution that naps on).
+    pub fn nap_unless(&self, d: std::time::Duration, flag: &AtomicBool) -> bool {
+        self.nap_while(d, &self.pokes, || !flag.swap(false, Ordering::SeqCst))
     }
 
     /// Sleeps `d` while `go_on` holds (asked under the lock, at the start
     /// and after each wake-up) and the node runs; `false` once it stops.
-    fn nap_while(&self, d: std::time::Duration, go_on: impl Fn() -> bool) -> bool {
+    fn nap_while(&self, d: std::time::Duration, cv: &Condvar, go_on: impl Fn() -> bool) -> bool {
         let deadline = std::time::Instant::now() + d;
         let mut g = self.stopped.lock();
         while !*g && go_on() {
@@ -285,16 +291,17 @@ impl Quiet {
             if now >= deadline {
                 break;
             }
-            g = self.naps.wait_timeout(g, deadline - now);
+            g = cv.wait_timeout(g, deadline - now);
         }
         !*g
     }
 
-    /// Wakes the threads napping on this (each looks again at why it
-    /// naps): for [`nap_unless`](Quiet::nap_unless)'s flag.
-    pub(crate) fn poke(&self) {
+    /// Sets `flag` and wakes the threads in [`nap_unless`](Quiet::nap_unless)
+    /// (each looks again at its flag); those in [`nap`](Quiet::nap) sleep on.
+    pub fn poke(&self, flag: &AtomicBool) {
         let _g = self.stopped.lock();
-        self.naps.notify_all();
+        flag.store(true, Ordering::SeqCst);
+        self.pokes.notify_all();
     }
 
     /// A housekeeper ran one periodic round.
@@ -314,5 +321,6 @@ impl Quiet {
         *self.stopped.lock() = true;
         self.cv.notify_all();
         self.naps.notify_all();
+        self.pokes.notify_all();
     }
 }
