@@ -70,9 +70,10 @@
 //!
 //! Bound, for a node that halts: a neighbour sees the loss at once (socket
 //! closed) or after `3 × heartbeat`, then at most `probe_timeout`, then the
-//! flood (one hop per active link, about a millisecond each on a LAN):
-//! `3 × heartbeat + probe_timeout + diameter × hop`, 4 s and a little with
-//! the defaults (1 s tick, 1 s probe timeout).
+//! flood (one hop per active link, about a millisecond each on a LAN, plus
+//! up to one `tick`, 50 ms, per hop while news flows): `3 × heartbeat +
+//! probe_timeout + diameter × (hop + tick)`, 4 s and a little with the
+//! defaults (1 s heartbeat, 1 s probe timeout).
 //!
 //! # Messages to nodes outside the active view
 //!
@@ -337,7 +338,8 @@ impl Overlay {
     /// knows, up or down. Such a seed may head another cluster that formed
     /// beside this one (nodes that joined it before it joined anyone: with
     /// several seeds, one quarter of a 512-node cluster stayed apart), and
-    /// a join through it links the two.
+    /// a join through it links the two. Not while a join waits for its
+    /// list (`state::JOIN_WAIT`).
     pub(crate) fn wants_join(&self, addr: Option<SocketAddr>, id: Option<NodeId>) -> bool {
         let st = self.st.lock();
         // A seed known only by address is looked up among the members.
@@ -348,7 +350,7 @@ impl Overlay {
                 .find(|(_, k)| k.addr == a)
                 .map(|(i, _)| *i)
         });
-        id.is_none_or(|i| st.wants_join(i))
+        st.wants_join(id, Instant::now())
     }
 
     pub(crate) fn view(&self, n: &NodeShared) -> OverlayView {
@@ -386,9 +388,11 @@ impl Overlay {
     pub(crate) fn join(&self, n: &Arc<NodeShared>, contact: NodeId) -> bool {
         let mut joined = false;
         self.with(n, |st, cfg, out| {
-            if !st.wants_join(contact) {
+            let now = Instant::now();
+            if !st.wants_join(Some(contact), now) {
                 return;
             }
+            st.joining = Some((contact, now));
             st.add_active(contact, cfg, out);
             out.send.push((contact, Msg::Join { me: st.me.clone() }));
             joined = true;
@@ -415,6 +419,9 @@ impl Overlay {
             st.told.remove(&id);
             st.brief.remove(&id);
             st.asking.remove(&id);
+            if st.joining.is_some_and(|(c, _)| c == id) {
+                st.joining = None;
+            }
             if st.active.contains(&id) {
                 st.active.retain(|a| *a != id);
                 st.suspect(id, cfg, out);
@@ -463,7 +470,10 @@ impl Overlay {
                     }
                     if !matches!(
                         msg,
-                        Msg::Gossip { .. } | Msg::Sync { .. } | Msg::SyncDigest { .. }
+                        Msg::Gossip { .. }
+                            | Msg::Sync { .. }
+                            | Msg::SyncDigest { .. }
+                            | Msg::SyncStamps { .. }
                     ) {
                         return;
                     }

@@ -18,6 +18,21 @@ pub(crate) struct Member {
     pub(super) up: bool,
 }
 
+/// A member's record without its name and address, for comparing lists
+/// (`Msg::SyncStamps`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, graft_derive::Mobile)]
+pub(crate) struct Stamp {
+    id: u64,
+    inc: u64,
+    up: bool,
+}
+
+/// Whether a record at `inc`/`up` is newer than one at `than`: a newer
+/// incarnation wins; at equal incarnations "down" wins (SWIM).
+fn newer(inc: u64, up: bool, than: (u64, bool)) -> bool {
+    inc > than.0 || (inc == than.0 && than.1 && !up)
+}
+
 /// Overlay messages (carried in `Ctl::Overlay`).
 #[derive(Debug, graft_derive::Mobile)]
 pub(crate) enum Msg {
@@ -36,28 +51,51 @@ pub(crate) enum Msg {
         accepted: bool,
     },
     Disconnect,
+    /// A shuffle's random walk; `path`: the ids of the nodes that
+    /// forwarded it, in order (at most [`PRWL`]).
     Shuffle {
         origin: Member,
         sample: Vec<Member>,
         ttl: u32,
+        path: Vec<u64>,
     },
+    /// The answer to a shuffle, on its way back to `origin` along the
+    /// walk (`route`: the hops still to go, the last one next), each hop
+    /// over the link the walk came by, or straight to `origin` from a node
+    /// connected to it. (Sent straight to the origin, as HyParView has it,
+    /// each answer opened a connection for one message: most of the
+    /// connections an idle cluster opened and closed, docs/decisions.md.)
     ShuffleReply {
         sample: Vec<Member>,
+        route: Vec<u64>,
+        origin: u64,
     },
     Gossip {
         members: Vec<Member>,
     },
+    /// Records (`members`), and the ids of the records the sender wants
+    /// back (`want`, see `SyncStamps`); `reply` asks for the receiver's
+    /// whole list (a probe's push to a member it holds down).
     Sync {
         members: Vec<Member>,
         reply: bool,
+        want: Vec<u64>,
     },
     /// The periodic anti-entropy, first as a digest of the sender's list
-    /// (`State::digest`): the whole lists are exchanged (`Sync` with a
-    /// reply) only when the digests differ, so a settled cluster does not
-    /// send every member to a neighbour every `sync_every` (N² entries a
-    /// period, cluster-wide).
+    /// (`State::digest`): a settled cluster does not send every member to
+    /// a neighbour every `sync_every` (N² entries a period, cluster-wide).
     SyncDigest {
         digest: u64,
+    },
+    /// The answer to a digest that differs: the receiver's list as stamps
+    /// (id, incarnation, up; no names or addresses). The digest's sender
+    /// answers with a `Sync` holding the records newer on its side and
+    /// asking (`want`) for those newer here, which come back in a last
+    /// `Sync`: only the records that differ travel whole. (Whole lists
+    /// both ways, as before, were half the records a 512-node cluster sent
+    /// while it formed, docs/decisions.md.)
+    SyncStamps {
+        stamps: Vec<Stamp>,
     },
     ProbeReq {
         suspect: Member,
@@ -80,6 +118,13 @@ pub(super) const ASK_TIMEOUT: Duration = Duration::from_secs(2);
 /// each tick kept a new on-demand connection open every 50 ms (a dozen
 /// at once on that node).
 pub(super) const ASK_BACKOFF: Duration = Duration::from_secs(1);
+/// How long a join waits for its contact's list before another contact
+/// may be joined. Until the list comes a node knows none of its other
+/// seeds as members, and joined through each of them in turn: every node
+/// of a 1,000-node cluster joined all four seeds of the cluster bench, four
+/// times the load on the busiest nodes while it formed. (The wait ends
+/// early when the contact's connection goes.)
+pub(super) const JOIN_WAIT: Duration = Duration::from_secs(5);
 /// Cluster size up to which each node checks one member outside its active
 /// view every `probe_every`; past it the interval grows with the size.
 pub(super) const PROBE_SCALE: usize = 32;
@@ -146,6 +191,9 @@ pub(super) struct State {
     pub(super) last_probe: Instant,
     /// When a `Neighbor` request was last refused (see [`ASK_BACKOFF`]).
     pub(super) refused: Option<Instant>,
+    /// The contact of a join whose list has not come yet, and when the
+    /// join was sent (see [`JOIN_WAIT`]).
+    pub(super) joining: Option<(NodeId, Instant)>,
     /// News to flood at the next tick, and the neighbour each came from.
     pub(super) news: Vec<(Member, Option<NodeId>)>,
     /// Where each member's record lies in `news`.
@@ -196,6 +244,7 @@ impl State {
             last_shuffle: now,
             last_sync: now,
             refused: None,
+            joining: None,
             last_probe: now,
             news: Vec::new(),
             news_at: AHashMap::new(),
@@ -255,6 +304,71 @@ impl State {
         v
     }
 
+    /// Every record (this node's own too) as a stamp.
+    pub(super) fn stamps(&self) -> Vec<Stamp> {
+        let stamp = |id: NodeId, inc, up| Stamp { id: id.0, inc, up };
+        let mut v: Vec<Stamp> = self
+            .members
+            .iter()
+            .map(|(id, k)| stamp(*id, k.inc, k.up))
+            .collect();
+        v.push(stamp(self.me_id, self.me.inc, self.me.up));
+        v
+    }
+
+    /// The answer to another node's `stamps`: the records newer here (or
+    /// unknown there), and the ids of those newer there (or unknown here).
+    /// A stamp of this node newer than its own record (it is held down
+    /// there) is refuted at once, as a record of it would be.
+    fn compare(
+        &mut self,
+        stamps: &[Stamp],
+        connected: &dyn Fn(NodeId) -> bool,
+        out: &mut Out,
+    ) -> (Vec<Member>, Vec<u64>) {
+        let theirs: AHashMap<u64, (u64, bool)> =
+            stamps.iter().map(|s| (s.id, (s.inc, s.up))).collect();
+        let mine = |inc, up, id: NodeId| theirs.get(&id.0).is_none_or(|t| newer(inc, up, *t));
+        let mut give: Vec<Member> = self
+            .members
+            .iter()
+            .filter(|(id, k)| mine(k.inc, k.up, **id))
+            .map(|(_, k)| k.wire())
+            .collect();
+        if mine(self.me.inc, self.me.up, self.me_id) {
+            give.push(self.me.clone());
+        }
+        let mut want = Vec::new();
+        for s in stamps {
+            let id = NodeId(s.id);
+            if id == self.me_id {
+                let m = Member {
+                    inc: s.inc,
+                    up: s.up,
+                    ..self.me.clone()
+                };
+                self.merge(&m, connected, out);
+            } else if self
+                .members
+                .get(&id)
+                .is_none_or(|k| newer(s.inc, s.up, (k.inc, k.up)))
+            {
+                want.push(s.id);
+            }
+        }
+        (give, want)
+    }
+
+    /// The records of `ids` this node knows (its own too).
+    fn records(&self, ids: &[u64]) -> Vec<Member> {
+        ids.iter()
+            .filter_map(|i| match NodeId(*i) {
+                id if id == self.me_id => Some(self.me.clone()),
+                id => self.members.get(&id).map(Known::wire),
+            })
+            .collect()
+    }
+
     /// A digest of what [`all`](State::all) would send, in any order: the
     /// XOR of one mixed hash per member (its name's id, incarnation and
     /// up/down). Two nodes that know the same records have the same
@@ -303,11 +417,19 @@ impl State {
 
     /// Whether to join through `id`: while this node has no neighbour, and
     /// also while `id` is no member it knows, up or down (it may head a
-    /// cluster that formed apart); never through itself or a neighbour.
-    pub(super) fn wants_join(&self, id: NodeId) -> bool {
-        id != self.me_id
-            && !self.active.contains(&id)
-            && (self.active.is_empty() || !self.members.contains_key(&id))
+    /// cluster that formed apart); never through itself or a neighbour,
+    /// nor while a join waits for its list (see [`JOIN_WAIT`]). `None`: a
+    /// contact known only by an address that no member has.
+    pub(super) fn wants_join(&self, id: Option<NodeId>, now: Instant) -> bool {
+        let waiting = self
+            .joining
+            .is_some_and(|(_, at)| now.duration_since(at) < JOIN_WAIT);
+        !waiting
+            && id.is_none_or(|id| {
+                id != self.me_id
+                    && !self.active.contains(&id)
+                    && (self.active.is_empty() || !self.members.contains_key(&id))
+            })
     }
 
     /// How long the on-demand connection to `id` may carry nothing before
@@ -372,7 +494,7 @@ impl State {
     ) -> bool {
         let id = NodeId::from_name(&m.name);
         if id == self.me_id {
-            if !m.up && m.inc >= self.me.inc {
+            if newer(m.inc, m.up, (self.me.inc, self.me.up)) {
                 // Refute: a newer incarnation, flooded.
                 self.me.inc = m.inc + 1;
                 let me = self.me.clone();
@@ -392,7 +514,7 @@ impl State {
         // those are told apart without a copy or an address parse.
         let (newer, was_up) = match self.members.get(&id) {
             None => (true, false),
-            Some(k) => (m.inc > k.inc || (m.inc == k.inc && k.up && !m.up), k.up),
+            Some(k) => (newer(m.inc, m.up, (k.inc, k.up)), k.up),
         };
         if !newer {
             return false;
@@ -517,6 +639,32 @@ impl State {
         );
     }
 
+    /// Sends a shuffle's answer one step back: straight to its origin if
+    /// connected there, else to the last hop left on its route (or the
+    /// origin when none is left).
+    fn route_back(
+        &self,
+        sample: Vec<Member>,
+        mut route: Vec<u64>,
+        origin: u64,
+        connected: &dyn Fn(NodeId) -> bool,
+        out: &mut Out,
+    ) {
+        let o = NodeId(origin);
+        let next = if connected(o) {
+            route.clear();
+            o
+        } else {
+            route.pop().map_or(o, NodeId)
+        };
+        let reply = Msg::ShuffleReply {
+            sample,
+            route,
+            origin,
+        };
+        out.send.push((next, reply));
+    }
+
     pub(super) fn probe_answer(
         &mut self,
         sid: NodeId,
@@ -567,6 +715,7 @@ pub(super) fn handle(
                 Msg::Sync {
                     members: st.all(),
                     reply: false,
+                    want: Vec::new(),
                 },
             ));
             for a in st.active.clone() {
@@ -649,7 +798,11 @@ pub(super) fn handle(
             origin,
             sample,
             ttl,
+            mut path,
         } => {
+            if path.len() > PRWL as usize {
+                return; // Longer than any walk this protocol makes.
+            }
             merge(st, out, &origin);
             for m in &sample {
                 merge(st, out, m);
@@ -662,14 +815,18 @@ pub(super) fn handle(
                 None
             };
             match next {
-                Some(to) => out.send.push((
-                    to,
-                    Msg::Shuffle {
-                        origin,
-                        sample,
-                        ttl: ttl - 1,
-                    },
-                )),
+                Some(to) => {
+                    path.push(st.me_id.0);
+                    out.send.push((
+                        to,
+                        Msg::Shuffle {
+                            origin,
+                            sample,
+                            ttl: ttl - 1,
+                            path,
+                        },
+                    ))
+                }
                 None if o != st.me_id => {
                     let mut reply = Vec::new();
                     let mut pool = st.passive.clone();
@@ -680,7 +837,7 @@ pub(super) fn handle(
                             reply.push(k.wire());
                         }
                     }
-                    out.send.push((o, Msg::ShuffleReply { sample: reply }));
+                    st.route_back(reply, path, o.0, connected, out);
                     for m in &sample {
                         st.add_passive(NodeId::from_name(&m.name), cfg);
                     }
@@ -688,7 +845,17 @@ pub(super) fn handle(
                 None => {}
             }
         }
-        Msg::ShuffleReply { sample } => {
+        Msg::ShuffleReply {
+            sample,
+            route,
+            origin,
+        } => {
+            if NodeId(origin) != st.me_id {
+                if route.len() <= PRWL as usize {
+                    st.route_back(sample, route, origin, connected, out);
+                }
+                return;
+            }
             for m in &sample {
                 merge(st, out, m);
                 st.add_passive(NodeId::from_name(&m.name), cfg);
@@ -703,23 +870,45 @@ pub(super) fn handle(
             if digest != st.digest() {
                 out.send.push((
                     from,
-                    Msg::Sync {
-                        members: st.all(),
-                        reply: true,
+                    Msg::SyncStamps {
+                        stamps: st.stamps(),
                     },
                 ));
             }
         }
-        Msg::Sync { members, reply } => {
-            for m in &members {
-                merge(st, out, m);
-            }
-            if reply {
+        Msg::SyncStamps { stamps } => {
+            let (members, want) = st.compare(&stamps, connected, out);
+            if !members.is_empty() || !want.is_empty() {
                 out.send.push((
                     from,
                     Msg::Sync {
-                        members: st.all(),
+                        members,
                         reply: false,
+                        want,
+                    },
+                ));
+            }
+        }
+        Msg::Sync {
+            members,
+            reply,
+            want,
+        } => {
+            if st.joining.is_some_and(|(c, _)| c == from) {
+                // The contact's list: the join is done.
+                st.joining = None;
+            }
+            for m in &members {
+                merge(st, out, m);
+            }
+            let back = if reply { st.all() } else { st.records(&want) };
+            if !back.is_empty() {
+                out.send.push((
+                    from,
+                    Msg::Sync {
+                        members: back,
+                        reply: false,
+                        want: Vec::new(),
                     },
                 ));
             }
@@ -735,7 +924,7 @@ pub(super) fn handle(
 /// The periodic work on the state; `usage` is (connected node, frames
 /// and bytes queued, watched) for each connection. Returns when the next
 /// tick is due if nothing changes meanwhile: `None` for the next short
-/// tick (news to flood, a view to fill or trim), else the first deadline
+/// tick (news flooded or to flood, a view to fill or trim), else the first deadline
 /// ahead: a periodic round (shuffle, digest, probe), a suspect's or an
 /// ask's timeout, an on-demand connection's idle limit. A change that may
 /// need a tick sooner is told by [`State::wants_tick`].
@@ -746,7 +935,12 @@ pub(super) fn tick(
     usage: &[(NodeId, u64, bool)],
 ) -> Option<Instant> {
     let now = Instant::now();
-    let mut in_progress = false;
+    // A tick that sent news is followed by a short one: news that comes
+    // meanwhile waits for it and leaves with the rest, one message per
+    // neighbour. (Napping after each flood, the thread was woken by the
+    // next news at once: while a cluster formed, a message of two or
+    // three records per neighbour and a wake-up for each news received.)
+    let mut in_progress = !st.news.is_empty();
     st.send_news(out);
     let expired: Vec<NodeId> = st
         .suspects
@@ -821,6 +1015,7 @@ pub(super) fn tick(
                     origin: st.me.clone(),
                     sample,
                     ttl: PRWL,
+                    path: Vec::new(),
                 },
             ));
         }
@@ -865,6 +1060,7 @@ pub(super) fn tick(
                     Msg::Sync {
                         members: st.all(),
                         reply: true,
+                        want: Vec::new(),
                     },
                 ));
             }
@@ -898,7 +1094,7 @@ pub(super) fn tick(
         let due = since + st.idle_limit(*id, cfg);
         idle_due = Some(idle_due.map_or(due, |d| d.min(due)));
     }
-    if in_progress || !st.news.is_empty() {
+    if in_progress {
         return None;
     }
     // Nothing to do before the first of these, unless a change says so.
@@ -961,10 +1157,9 @@ mod tests {
 
     /// Two nodes that know the same records have the same digest, whatever
     /// the order they learnt them in; a digest that differs is answered
-    /// with the whole list (and a reply asked for), an equal one with
-    /// nothing. The periodic anti-entropy sends the digest.
+    /// with the list's stamps, an equal one with nothing. The periodic anti-entropy sends the digest.
     #[test]
-    fn the_anti_entropy_sends_a_digest_and_whole_lists_only_when_they_differ() {
+    fn the_anti_entropy_sends_a_digest_and_stamps_only_when_they_differ() {
         let learn = |st: &mut State, m: Member| {
             st.merge(&m, NOT_CONNECTED, &mut Out::default());
         };
@@ -995,7 +1190,7 @@ mod tests {
         told(&mut a, &b, &mut out);
         assert!(matches!(
             sent_to(&out, id("b"))[..],
-            [Msg::Sync { reply: true, ref members }] if members.len() == 3
+            [Msg::SyncStamps { ref stamps }] if stamps.len() == 3
         ));
         // A newer incarnation changes it too.
         let before = a.digest();
@@ -1016,6 +1211,172 @@ mod tests {
             "{:?}",
             out.send
         );
+    }
+
+    /// After a digest that differs, the stamps, the records newer on the
+    /// digest's sender with the ids it wants, and the wanted records: both
+    /// lists end the same, and only the records that differ travel whole.
+    /// A node held down by the other refutes on seeing the stamp.
+    #[test]
+    fn stamps_bring_two_lists_together_with_only_what_differs() {
+        let learn = |st: &mut State, m: Member| {
+            st.merge(&m, NOT_CONNECTED, &mut Out::default());
+        };
+        let (mut a, mut b) = (state("a"), state("b"));
+        for x in 0..50 {
+            learn(&mut a, member(&format!("x{x}"), 5, true));
+            learn(&mut b, member(&format!("x{x}"), 5, true));
+        }
+        learn(&mut a, member("b", 10, true));
+        learn(&mut b, member("a", 10, true));
+        learn(&mut a, member("only-a", 3, true));
+        learn(&mut b, member("only-b", 4, true));
+        learn(&mut a, member("x1", 6, true)); // newer on a
+        learn(&mut b, member("x2", 5, false)); // down on b
+        learn(&mut b, member("x3", 7, true)); // newer on b
+        let before = a.me.inc;
+        // Messages from one state to the other until there are none.
+        let deliver = |to: &mut State, from: &str, msg: Msg| {
+            let mut out = Out::default();
+            handle(to, &cfg(), &mut out, id(from), msg, NOT_CONNECTED);
+            out.send.into_iter().map(|(_, m)| m).collect::<Vec<_>>()
+        };
+        // a has sent its digest; b answers with its stamps.
+        let d = a.digest();
+        let stamps = deliver(&mut b, "a", Msg::SyncDigest { digest: d });
+        let [Msg::SyncStamps { .. }] = &stamps[..] else {
+            panic!("{stamps:?}")
+        };
+        let sync = deliver(&mut a, "b", stamps.into_iter().next().unwrap());
+        let [Msg::Sync {
+            members,
+            want,
+            reply: false,
+        }] = &sync[..]
+        else {
+            panic!("{sync:?}")
+        };
+        let mut given: Vec<&str> = members.iter().map(|m| m.name.as_str()).collect();
+        given.sort();
+        assert_eq!(given, ["only-a", "x1"], "only what b lacks or has older");
+        let mut wanted = want.clone();
+        wanted.sort();
+        let mut expect = vec![id("only-b").0, id("x2").0, id("x3").0];
+        expect.sort();
+        assert_eq!(wanted, expect);
+        let back = deliver(&mut b, "a", sync.into_iter().next().unwrap());
+        let [Msg::Sync { members, .. }] = &back[..] else {
+            panic!("{back:?}")
+        };
+        assert_eq!(members.len(), 3);
+        deliver(&mut a, "b", back.into_iter().next().unwrap());
+        assert_eq!(a.digest(), b.digest(), "the same lists");
+        assert_eq!(a.me.inc, before);
+        // b holds a down: a sees its own stamp newer and refutes.
+        learn(&mut b, member("a", 10, false));
+        let stamps = b.stamps();
+        let mut out = Out::default();
+        handle(
+            &mut a,
+            &cfg(),
+            &mut out,
+            id("b"),
+            Msg::SyncStamps { stamps },
+            NOT_CONNECTED,
+        );
+        assert!(a.me.inc > 10 && a.me.up, "refuted");
+    }
+
+    /// A shuffle walks o → h1 → h2 → e and ends at e; the answer comes
+    /// back the way the walk went (e → h2 → h1 → o) when e is not
+    /// connected to o, and only o takes the sample; a hop connected to the
+    /// origin sends it there at once.
+    #[test]
+    fn a_shuffle_answer_goes_back_along_the_walk() {
+        let (o, h1, h2, e) = (id("o"), id("h1"), id("h2"), id("e"));
+        // A node whose active view is `from` and `next` (the walk goes on
+        // to `next`), or `from` alone (the walk ends there).
+        let node = |me: &str, from: &str, next: Option<&str>| {
+            let mut st = state(me);
+            for n in [Some(from), next].into_iter().flatten() {
+                let k = know(&mut st, n);
+                st.active.push(k);
+            }
+            st
+        };
+        let deliver =
+            |st: &mut State, from: NodeId, msg: Msg, connected: &dyn Fn(NodeId) -> bool| {
+                let mut out = Out::default();
+                handle(st, &cfg(), &mut out, from, msg, connected);
+                out.send
+                    .into_iter()
+                    .filter(|(_, m)| matches!(m, Msg::Shuffle { .. } | Msg::ShuffleReply { .. }))
+                    .collect::<Vec<_>>()
+            };
+        let walk = Msg::Shuffle {
+            origin: member("o", 1, true),
+            sample: vec![member("o", 1, true), member("s", 1, true)],
+            ttl: PRWL,
+            path: Vec::new(),
+        };
+        let (mut n1, mut n2) = (node("h1", "o", Some("h2")), node("h2", "h1", Some("e")));
+        let mut end = node("e", "h2", None);
+        let sent = deliver(&mut n1, o, walk, NOT_CONNECTED);
+        let [(to, Msg::Shuffle { path, .. })] = &sent[..] else {
+            panic!("{sent:?}")
+        };
+        assert_eq!((*to, path.clone()), (h2, vec![h1.0]));
+        let sent = deliver(
+            &mut n2,
+            h1,
+            sent.into_iter().next().unwrap().1,
+            NOT_CONNECTED,
+        );
+        let [(to, Msg::Shuffle { path, .. })] = &sent[..] else {
+            panic!("{sent:?}")
+        };
+        assert_eq!((*to, path.clone()), (e, vec![h1.0, h2.0]));
+        // The walk ends at e (one neighbour), which answers back to h2.
+        let p = know(&mut end, "p");
+        end.passive.push(p);
+        let sent = deliver(
+            &mut end,
+            h2,
+            sent.into_iter().next().unwrap().1,
+            NOT_CONNECTED,
+        );
+        let [(to, Msg::ShuffleReply { route, .. })] = &sent[..] else {
+            panic!("{sent:?}")
+        };
+        assert_eq!((*to, route.clone()), (h2, vec![h1.0]));
+        let reply = sent.into_iter().next().unwrap().1;
+        // h2 passes it on to h1, h1 to o; neither takes the sample.
+        let before = n2.passive.len();
+        let sent = deliver(&mut n2, e, reply, NOT_CONNECTED);
+        assert_eq!(n2.passive.len(), before);
+        let [(to, Msg::ShuffleReply { route, .. })] = &sent[..] else {
+            panic!("{sent:?}")
+        };
+        assert_eq!((*to, route.len()), (h1, 0));
+        let reply = sent.into_iter().next().unwrap().1;
+        let mut sent = deliver(&mut n1, h2, reply, NOT_CONNECTED);
+        assert!(matches!(sent[..], [(to, Msg::ShuffleReply { .. })] if to == o));
+        let reply = sent.pop().unwrap().1;
+        // A hop connected to the origin sends it straight there.
+        let mut n2 = node("h2", "h1", Some("e"));
+        let long = Msg::ShuffleReply {
+            sample: vec![member("p", 1, true)],
+            route: vec![h1.0],
+            origin: o.0,
+        };
+        let sent = deliver(&mut n2, e, long, &|x| x == o);
+        assert!(
+            matches!(sent[..], [(to, Msg::ShuffleReply { ref route, .. })] if to == o && route.is_empty())
+        );
+        // The origin takes the sample into its passive view.
+        let mut origin = node("o", "h1", None);
+        deliver(&mut origin, h1, reply, NOT_CONNECTED);
+        assert!(origin.passive.contains(&id("p")));
     }
 
     #[test]
@@ -1251,13 +1612,45 @@ mod tests {
     #[test]
     fn a_join_is_wanted_alone_or_through_a_stranger() {
         let mut st = state("a");
+        let now = Instant::now();
+        let wants = |st: &State, id| st.wants_join(Some(id), now);
         let known = know(&mut st, "k");
-        assert!(st.wants_join(known), "no neighbour: any contact");
-        assert!(!st.wants_join(id("a")), "never itself");
+        assert!(wants(&st, known), "no neighbour: any contact");
+        assert!(!wants(&st, id("a")), "never itself");
         let n = know(&mut st, "n");
         st.active.push(n);
-        assert!(!st.wants_join(n), "a neighbour");
-        assert!(!st.wants_join(known), "a member it knows");
-        assert!(st.wants_join(id("stranger")), "a node it does not know");
+        assert!(!wants(&st, n), "a neighbour");
+        assert!(!wants(&st, known), "a member it knows");
+        assert!(wants(&st, id("stranger")), "a node it does not know");
+        assert!(st.wants_join(None, now), "an address no member has");
+    }
+
+    /// While a join waits for its contact's list, no other contact is
+    /// joined (the node knows none of them yet); the list ends the wait,
+    /// and so does [`JOIN_WAIT`] without it.
+    #[test]
+    fn a_join_waits_for_its_list_before_another() {
+        let mut st = state("a");
+        let now = Instant::now();
+        let c = id("c");
+        st.active.push(c);
+        st.joining = Some((c, now));
+        assert!(!st.wants_join(Some(id("s2")), now), "the list is awaited");
+        assert!(!st.wants_join(None, now));
+        assert!(
+            st.wants_join(Some(id("s2")), now + JOIN_WAIT),
+            "no list within the wait"
+        );
+        let list = Msg::Sync {
+            members: vec![member("c", 1, true)],
+            reply: false,
+            want: Vec::new(),
+        };
+        handle(&mut st, &cfg(), &mut Out::default(), c, list, NOT_CONNECTED);
+        assert!(st.joining.is_none());
+        assert!(
+            st.wants_join(Some(id("s2")), now),
+            "a stranger, once the list came"
+        );
     }
 }
