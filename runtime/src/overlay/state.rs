@@ -1213,6 +1213,43 @@ mod tests {
         );
     }
 
+    /// A tick that floods news asks for the short tick next (news that
+    /// comes meanwhile then waits for it, and leaves with the rest); a
+    /// tick with nothing to flood goes back to the periodic rounds.
+    #[test]
+    fn a_tick_that_floods_news_is_followed_by_a_short_one() {
+        let mut st = state("a");
+        let n = know(&mut st, "n");
+        st.active.push(n);
+        // Settled: the view full for two members, the rounds just run.
+        let m = know(&mut st, "m");
+        st.active.push(m);
+        let mut out = Out::default();
+        st.news.clear();
+        st.news_at.clear();
+        assert!(
+            tick(&mut st, &cfg(), &mut out, &[]).is_some(),
+            "nothing to do"
+        );
+        st.merge(&member("x", 5, true), NOT_CONNECTED, &mut out);
+        st.flood(vec![member("x", 5, true)], None, &mut out);
+        let mut out = Out::default();
+        assert_eq!(
+            tick(&mut st, &cfg(), &mut out, &[]),
+            None,
+            "flooded: a short tick next"
+        );
+        assert!(sent_to(&out, n)
+            .iter()
+            .any(|m| matches!(m, Msg::Gossip { .. })));
+        assert!(st.news.is_empty());
+        let mut out = Out::default();
+        assert!(
+            tick(&mut st, &cfg(), &mut out, &[]).is_some(),
+            "then the rounds"
+        );
+    }
+
     /// After a digest that differs, the stamps, the records newer on the
     /// digest's sender with the ids it wants, and the wanted records: both
     /// lists end the same, and only the records that differ travel whole.
