@@ -17,7 +17,10 @@
 //! node below its target asks a passive node (`Neighbor`, with priority
 //! when its active view is empty: such a request is never refused). Every
 //! few seconds a `Shuffle` walk exchanges a sample of both views, refreshing
-//! the passive view.
+//! the passive view; its answer goes back along the walk (or straight to
+//! the origin from a node connected to it), not over a connection opened
+//! for it. A join waits for its contact's list (up to 5 s) before another
+//! contact is joined.
 //!
 //! # Membership
 //!
@@ -25,8 +28,9 @@
 //! a joiner gets the contact's whole list, news (a member up, a member
 //! down) is flooded over the active view (a node forwards only what changed
 //! its own list, so a flood ends), and each node sends a digest of its list
-//! to one active neighbour now and then; the two exchange whole lists only
-//! when the digests differ (anti-entropy). A newer incarnation
+//! to one active neighbour now and then; when the digests differ the
+//! neighbour answers with its list's stamps (id, incarnation, up), and the
+//! two exchange only the records that differ (anti-entropy). A newer incarnation
 //! wins; at equal incarnations "down" wins. A node told that it is down
 //! answers with a newer incarnation, so a false suspicion (a partition that
 //! healed) is undone. [`nodes`](crate::nodes) lists the members that are up.
