@@ -857,12 +857,13 @@ impl Conn {
             }
             let due = w.last_write + w.tick;
             let now = Instant::now();
-            if now >= due && self.pings {
+            if now >= due && (self.pings || self.unheard(w.tick)) {
                 self.rtt.ping(&mut w.spare);
                 w.last_ping = now;
                 return Take::Work;
             }
             if now >= due {
+                // The answering side: nothing to send (see "Heartbeat round trip").
                 return Take::Idle(now + w.tick);
             }
             return Take::Idle(due);
@@ -1018,22 +1019,24 @@ impl Conn {
     /// sent for a tick (see `io.rs`, "Timers"), as any sender would (so it
     /// is written directly when the write side is the senders').
     pub(crate) fn ping_if_due(&self, tick: Duration) {
-        let now = stamp_now();
-        let tick = tick.as_nanos() as u64;
-        let heard = self.rtt.heard.load(Ordering::Relaxed);
-        // The answering side pings too once it has heard nothing for two
-        // ticks (the pinging side's tick thread starved, or its pings
-        // lost): the other side's I/O thread answers, so each side keeps
-        // hearing from the other while either one's pings go out.
-        if !self.pings && now.saturating_sub(heard) < 2 * tick {
+        if !self.pings && !self.unheard(tick) {
             return;
         }
         let last = self.rtt.sent.load(Ordering::Relaxed);
-        if now.saturating_sub(last) < tick {
+        if stamp_now().saturating_sub(last) < tick.as_nanos() as u64 {
             return;
         }
         let len = frame::HEADER_LEN + 17;
         let _ = self.push(u64::MAX, false, len, |b| self.rtt.ping(b));
+    }
+
+    /// Whether no heartbeat came for two ticks. The answering side pings
+    /// then (the pinging side's tick thread starved, or its pings lost):
+    /// the other side's I/O thread answers, so each side keeps hearing
+    /// from the other while either one's pings go out.
+    fn unheard(&self, tick: Duration) -> bool {
+        let heard = self.rtt.heard.load(Ordering::Relaxed);
+        stamp_now().saturating_sub(heard) >= 2 * tick.as_nanos() as u64
     }
 
     /// Delivers every whole frame `dec` holds to `handler`; `last_rx`:
@@ -1269,8 +1272,7 @@ impl Conn {
 // two ticks (`Conn::ping_if_due`): on a starved machine the pinging
 // side's tick thread may not run for a whole dead window, and the
 // answering side's pings, answered by the other's I/O thread, keep both
-// sides hearing each other then (a 1,000-node run on two CPUs dropped
-// thousands of live connections for silence without it).
+// sides hearing each other then.
 // The pinging side's heartbeats are pings (one a tick, also when traffic
 // is dense); the reader answers a ping with a pong carrying the same
 // stamp, queued like any frame (so the round trip includes the outboxes,
