@@ -56,6 +56,10 @@ pub(crate) const KIND_ALIAS: u8 = FIRST_USER_KIND + 2;
 pub(crate) const KIND_REQUEST: u8 = FIRST_USER_KIND + 3;
 /// Bytes before the message in a deliver frame.
 const DELIVER_HEADER: usize = 8 + 4 + 8 + 8;
+/// The reason noted for a connection both sides agreed to close idle
+/// (see [`Dist::propose_idle_close`]): the overlay does not take it for a
+/// failure.
+pub(crate) const CLOSED_IDLE: &str = "closed idle";
 /// Frames at least this big are queued from the worker's own stack: the
 /// transport may compress them, and a compressor's state does not fit a
 /// 64 KiB process stack.
@@ -666,7 +670,7 @@ impl Dist {
             peers.remove(&node);
             self.retire(conn, last, fin);
         }
-        self.mon.note_down(node, conn, "closed idle".into());
+        self.mon.note_down(node, conn, CLOSED_IDLE.into());
         true
     }
 

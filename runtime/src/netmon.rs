@@ -248,7 +248,7 @@ impl NetMon {
                 Some(o) => {
                     drop(s);
                     if let Some(me) = self.node.get().and_then(Weak::upgrade) {
-                        o.conn_lost(&me, id);
+                        o.conn_lost(&me, id, reason == crate::dist::CLOSED_IDLE);
                     }
                 }
             }

@@ -416,21 +416,10 @@ impl Overlay {
         self.st.lock().needs(id)
     }
 
-    /// A connection went (run by the node loop).
-    pub(crate) fn conn_lost(&self, n: &Arc<NodeShared>, id: NodeId) {
-        self.with(n, |st, cfg, out| {
-            st.usage.remove(&id);
-            st.told.remove(&id);
-            st.brief.remove(&id);
-            st.asking.remove(&id);
-            if st.joining.is_some_and(|(c, _)| c == id) {
-                st.joining = None;
-            }
-            if st.active.contains(&id) {
-                st.active.retain(|a| *a != id);
-                st.suspect(id, cfg, out);
-            }
-        });
+    /// A connection went (run by the node loop); `agreed` if both sides
+    /// closed it idle (see [`State::conn_lost`]).
+    pub(crate) fn conn_lost(&self, n: &Arc<NodeShared>, id: NodeId, agreed: bool) {
+        self.with(n, |st, cfg, out| st.conn_lost(id, agreed, cfg, out));
     }
 
     /// An overlay message from `from` (name and listen address of the
