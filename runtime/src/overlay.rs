@@ -65,7 +65,10 @@
 //! the suspect (SWIM's indirect probe); if none can within `probe_timeout`
 //! (default 1 s; at once when all have answered no), the suspect is declared
 //! down and the notice is flooded (news goes out once a tick, 50 ms, one
-//! message per neighbour with all of it). Each node also checks one random member
+//! message per neighbour with all of it; while news keeps coming the gap
+//! between floods doubles up to 8 ticks, so that a stream of news costs a
+//! bounded number of messages). An active neighbour whose connection both
+//! sides closed idle is not suspected. Each node also checks one random member
 //! outside its active view every `probe_every` (default 1 s; scaled by
 //! `N / 32` past 32 members) by reaching it directly, which is how a member that no neighbour watches (the far side
 //! of a partition) is found out. A member declared down is disconnected
@@ -75,9 +78,11 @@
 //! Bound, for a node that halts: a neighbour sees the loss at once (socket
 //! closed) or after `3 × heartbeat`, then at most `probe_timeout`, then the
 //! flood (one hop per active link, about a millisecond each on a LAN, plus
-//! up to one `tick`, 50 ms, per hop while news flows): `3 × heartbeat +
-//! probe_timeout + diameter × (hop + tick)`, 4 s and a little with the
-//! defaults (1 s heartbeat, 1 s probe timeout).
+//! up to one `tick`, 50 ms, per hop, or 8 ticks while other news keeps
+//! flowing): `3 × heartbeat + probe_timeout + diameter × (hop + 8 × tick)`,
+//! 4 s and a little with the defaults (1 s heartbeat, 1 s probe timeout)
+//! and a quiet cluster, up to 5.6 s for a diameter of 4 under a stream
+//! of news.
 //!
 //! # Messages to nodes outside the active view
 //!

@@ -127,6 +127,9 @@ pub(super) const JOIN_WAIT: Duration = Duration::from_secs(5);
 /// Cluster size up to which each node checks one member outside its active
 /// view every `probe_every`; past it the interval grows with the size.
 pub(super) const PROBE_SCALE: usize = 32;
+/// The longest gap between two floods of news, in ticks (see
+/// [`State::gossip_due`]).
+pub(super) const MAX_GOSSIP_TICKS: u32 = 8;
 /// How long a connection the overlay opened for itself may stay silent
 /// (or `idle_close`, if shorter).
 pub(super) const BRIEF_IDLE: Duration = Duration::from_millis(500);
@@ -195,6 +198,10 @@ pub(super) struct State {
     pub(super) joining: Option<(NodeId, Instant)>,
     /// News to flood at the next tick, and the neighbour each came from.
     pub(super) news: Vec<(Member, Option<NodeId>)>,
+    /// When news was last flooded, and the gap before the next flood
+    /// may leave (see [`State::gossip_due`]).
+    pub(super) last_gossip: Option<Instant>,
+    pub(super) gossip_gap: Duration,
     /// Where each member's record lies in `news`.
     pub(super) news_at: AHashMap<NodeId, usize>,
     /// The overlay thread sleeps past the short tick (see `overlay::run`):
@@ -247,6 +254,8 @@ impl State {
             last_probe: now,
             news: Vec::new(),
             news_at: AHashMap::new(),
+            last_gossip: None,
+            gossip_gap: Duration::ZERO,
             sleeping: false,
         }
     }
@@ -574,6 +583,32 @@ impl State {
                 }
             }
         }
+    }
+
+    /// Whether the news gathered may be flooded at `now`; if so, notes the
+    /// flood and sets the gap before the next. A flood that follows the
+    /// last within two gaps doubles the gap, up to [`MAX_GOSSIP_TICKS`]
+    /// ticks; after a quiet spell it is one tick again. Each flood costs a
+    /// message per neighbour whatever it carries, so news that never stops
+    /// (a forming cluster, or a wave of suspicions and refutations: about
+    /// 20 a second at N = 512 while it lasted) made every node send to
+    /// every neighbour at every tick, tens of thousands of messages a
+    /// second, which starved the heartbeats and fed the wave (a false
+    /// down, then its refutation, is news again). The gap bounds that to
+    /// one message per neighbour per `MAX_GOSSIP_TICKS` ticks, at the price
+    /// of news that lags by as much per hop while the stream lasts.
+    pub(super) fn gossip_due(&mut self, cfg: &OverlayConfig, now: Instant) -> bool {
+        let since = self.last_gossip.map(|t| now.duration_since(t));
+        let gap = self.gossip_gap.max(cfg.tick);
+        if since.is_some_and(|s| s < self.gossip_gap) {
+            return false;
+        }
+        self.gossip_gap = match since {
+            Some(s) if s < gap * 2 => (gap * 2).min(cfg.tick * MAX_GOSSIP_TICKS),
+            _ => cfg.tick,
+        };
+        self.last_gossip = Some(now);
+        true
     }
 
     /// Sends the news gathered since the last tick (see [`State::flood`]).
@@ -972,7 +1007,9 @@ pub(super) fn tick(
     // next news at once: while a cluster formed, a message of two or
     // three records per neighbour and a wake-up for each news received.)
     let mut in_progress = !st.news.is_empty();
-    st.send_news(out);
+    if in_progress && st.gossip_due(cfg, now) {
+        st.send_news(out);
+    }
     let expired: Vec<NodeId> = st
         .suspects
         .iter()
@@ -1280,6 +1317,50 @@ mod tests {
             tick(&mut st, &cfg(), &mut out, &[]).is_some(),
             "then the rounds"
         );
+    }
+
+    /// News that keeps coming is flooded at gaps that double from one
+    /// tick up to `MAX_GOSSIP_TICKS` ticks; after a quiet spell of two gaps
+    /// the next news leaves at once and the gap is one tick again. News
+    /// that waits for its gap keeps the ticks short and is not sent.
+    #[test]
+    fn news_that_never_stops_is_flooded_at_growing_gaps() {
+        let cfg = cfg();
+        let tick = cfg.tick;
+        let mut st = state("a");
+        let t0 = Instant::now();
+        let floods: Vec<u32> = (0..40)
+            .filter(|k| st.gossip_due(&cfg, t0 + tick * *k))
+            .collect();
+        assert_eq!(floods, [0, 1, 3, 7, 15, 23, 31, 39]);
+        let quiet = t0 + tick * (39 + 2 * MAX_GOSSIP_TICKS);
+        assert!(st.gossip_due(&cfg, quiet));
+        assert_eq!(st.gossip_gap, tick);
+        // In a tick: news within the gap waits, and the tick stays short.
+        let mut st = state("a");
+        let n = know(&mut st, "n");
+        st.active.push(n);
+        let mut out = Out::default();
+        for x in ["x", "y"] {
+            st.merge(&member(x, 5, true), NOT_CONNECTED, &mut out);
+            st.flood(vec![member(x, 5, true)], None, &mut out);
+            if x == "x" {
+                tick_at_once(&mut st, &mut out);
+                assert!(matches!(sent_to(&out, n)[..], [Msg::Gossip { .. }]));
+            }
+        }
+        st.gossip_gap = tick * MAX_GOSSIP_TICKS;
+        let mut out = Out::default();
+        assert_eq!(
+            tick_at_once(&mut st, &mut out),
+            None,
+            "news waits: short tick"
+        );
+        assert!(sent_to(&out, n).is_empty() && st.news.len() == 1);
+    }
+
+    fn tick_at_once(st: &mut State, out: &mut Out) -> Option<Instant> {
+        tick(st, &cfg(), out, &[])
     }
 
     /// After a digest that differs, the stamps, the records newer on the
