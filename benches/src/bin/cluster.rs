@@ -238,23 +238,6 @@ fn threads() -> f64 {
         .unwrap_or(0.0)
 }
 
-/// Whether `done` holds for every node, looked at cheaply: nodes `..*ok`
-/// held when last looked at, so a look goes on from the first that did
-/// not, and only a whole pass of them confirms. (Looking at every node at
-/// every turn, each look a list of up to N members, took a hosting
-/// process's main thread to 60 % of a core at N = 1,000, a third of this
-/// machine, while the nodes formed.)
-fn all_hold(nodes: &[Node], ok: &mut usize, done: impl Fn(usize, &Node) -> bool) -> bool {
-    while *ok < nodes.len() && done(*ok, &nodes[*ok]) {
-        *ok += 1;
-    }
-    if *ok < nodes.len() {
-        return false;
-    }
-    *ok = 0;
-    nodes.iter().enumerate().all(|(i, x)| done(i, x))
-}
-
 /// One hosting OS process.
 fn host(args: &[String]) {
     let k: usize = flag(args, "--host").parse().expect("--host K");
@@ -293,8 +276,7 @@ fn host(args: &[String]) {
         .collect();
     let start = Instant::now();
     let mut said = Instant::now();
-    let mut ok = 0;
-    while !all_hold(&nodes, &mut ok, |_, x| x.nodes().len() >= n - 1) {
+    while !nodes.iter().all(|x| x.nodes().len() >= n - 1) {
         if said.elapsed() >= Duration::from_secs(5) {
             said = Instant::now();
             // Progress on stderr: members seen, active views, connections.
@@ -329,7 +311,7 @@ fn host(args: &[String]) {
             start.elapsed() < Duration::from_secs(110),
             "no full cluster"
         );
-        std::thread::sleep(Duration::from_millis(20));
+        std::thread::sleep(Duration::from_millis(5));
     }
     let mut out = std::io::stdout();
     let _ = writeln!(out, "ready {}", unix_ms());
@@ -350,9 +332,12 @@ fn host(args: &[String]) {
                 let _ = out.flush();
                 // The victim hosts n / HOSTS nodes (the last share).
                 let gone = n / HOSTS;
-                let mut ok = 0;
-                while !all_hold(&nodes, &mut ok, |i, x| x.nodes().len() <= before[i] - gone) {
-                    std::thread::sleep(Duration::from_millis(2));
+                while !nodes
+                    .iter()
+                    .zip(&before)
+                    .all(|(x, b)| x.nodes().len() <= b - gone)
+                {
+                    std::thread::sleep(Duration::from_millis(1));
                 }
                 let _ = writeln!(out, "detected {}", unix_ms());
             }
