@@ -857,16 +857,16 @@ impl Conn {
             }
             let due = w.last_write + w.tick;
             let now = Instant::now();
-            if now >= due && (self.pings || self.unheard(w.tick)) {
-                self.rtt.ping(&mut w.spare);
-                w.last_ping = now;
-                return Take::Work;
+            if now < due {
+                return Take::Idle(due);
             }
-            if now >= due {
-                // The answering side: nothing to send (see "Heartbeat round trip").
+            if !self.pings_now(w.tick) {
+                // The answering side, hearing the other: nothing to send.
                 return Take::Idle(now + w.tick);
             }
-            return Take::Idle(due);
+            self.rtt.ping(&mut w.spare);
+            w.last_ping = now;
+            return Take::Work;
         }
     }
 
@@ -1019,7 +1019,7 @@ impl Conn {
     /// sent for a tick (see `io.rs`, "Timers"), as any sender would (so it
     /// is written directly when the write side is the senders').
     pub(crate) fn ping_if_due(&self, tick: Duration) {
-        if !self.pings && !self.unheard(tick) {
+        if !self.pings_now(tick) {
             return;
         }
         let last = self.rtt.sent.load(Ordering::Relaxed);
@@ -1030,13 +1030,15 @@ impl Conn {
         let _ = self.push(u64::MAX, false, len, |b| self.rtt.ping(b));
     }
 
-    /// Whether no heartbeat came for two ticks. The answering side pings
-    /// then (the pinging side's tick thread starved, or its pings lost):
-    /// the other side's I/O thread answers, so each side keeps hearing
-    /// from the other while either one's pings go out.
-    fn unheard(&self, tick: Duration) -> bool {
+    /// Whether this side sends a ping when one is due: the pinging side
+    /// always; the answering side once no heartbeat came for two ticks
+    /// (the pinging side's tick thread starved, or its pings lost): the
+    /// other side's I/O thread answers, so each side keeps hearing from
+    /// the other while either one's pings go out (see "Heartbeat round
+    /// trip").
+    fn pings_now(&self, tick: Duration) -> bool {
         let heard = self.rtt.heard.load(Ordering::Relaxed);
-        stamp_now().saturating_sub(heard) >= 2 * tick.as_nanos() as u64
+        self.pings || stamp_now().saturating_sub(heard) >= 2 * tick.as_nanos() as u64
     }
 
     /// Delivers every whole frame `dec` holds to `handler`; `last_rx`:
@@ -1269,7 +1271,7 @@ impl Conn {
 // which is all the dead window needs, with half the frames and wake-ups
 // of pings both ways (an idle cluster's connections carry nothing else).
 // The answering side pings as well while it has heard no heartbeat for
-// two ticks (`Conn::ping_if_due`): on a starved machine the pinging
+// two ticks (`Conn::pings_now`): on a starved machine the pinging
 // side's tick thread may not run for a whole dead window, and the
 // answering side's pings, answered by the other's I/O thread, keep both
 // sides hearing each other then.
