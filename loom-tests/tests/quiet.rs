@@ -65,16 +65,24 @@ fn a_poke_after_the_flag_ends_the_nap() {
     });
 }
 
-/// A plain nap is ended by the node's stop.
+/// The node's stop ends both kinds of nap, each on its own condvar: a
+/// plain one and one that only a poke would otherwise end.
 #[test]
-fn stop_ends_a_nap() {
+fn stop_ends_both_naps() {
     loom::model(|| {
         let q = Arc::new(Quiet::new(1));
+        let hour = std::time::Duration::from_secs(3600);
+        let plain = {
+            let q = q.clone();
+            thread::spawn(move || q.nap(hour))
+        };
         let s = {
             let q = q.clone();
             thread::spawn(move || q.stop())
         };
-        assert!(!q.nap(std::time::Duration::from_secs(3600)));
+        let flag = loom::sync::atomic::AtomicBool::new(false);
+        assert!(!q.nap_unless(hour, &flag));
+        assert!(!plain.join().unwrap());
         s.join().unwrap();
     });
 }

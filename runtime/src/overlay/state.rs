@@ -1353,22 +1353,18 @@ mod tests {
             st.merge(&member(x, 5, true), NOT_CONNECTED, &mut out);
             st.flood(vec![member(x, 5, true)], None, &mut out);
             if x == "x" {
-                tick_at_once(&mut st, &mut out);
+                super::tick(&mut st, &cfg, &mut out, &[]);
                 assert!(matches!(sent_to(&out, n)[..], [Msg::Gossip { .. }]));
             }
         }
         st.gossip_gap = tick * MAX_GOSSIP_TICKS;
         let mut out = Out::default();
         assert_eq!(
-            tick_at_once(&mut st, &mut out),
+            super::tick(&mut st, &cfg, &mut out, &[]),
             None,
             "news waits: short tick"
         );
         assert!(sent_to(&out, n).is_empty() && st.news.len() == 1);
-    }
-
-    fn tick_at_once(st: &mut State, out: &mut Out) -> Option<Instant> {
-        tick(st, &cfg(), out, &[])
     }
 
     /// After a digest that differs, the stamps, the records newer on the
