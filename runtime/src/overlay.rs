@@ -442,41 +442,37 @@ impl Overlay {
             if from == st.me_id {
                 return;
             }
-            match st.members.get(&from) {
-                None => {
-                    let m = Member {
-                        name: from_name.to_string(),
-                        addr: from_addr.to_string(),
-                        inc: 0,
-                        up: true,
-                    };
-                    if st.merge(&m, &connected, out) {
-                        st.flood(vec![m], Some(from), out);
-                    }
+            if !st.members.contains_key(&from) {
+                let m = Member {
+                    name: from_name.to_string(),
+                    addr: from_addr.to_string(),
+                    inc: 0,
+                    up: true,
+                };
+                if st.merge(&m, &connected, out) {
+                    st.flood(vec![m], Some(from), out);
                 }
-                Some(k) if !k.up => {
-                    // Down to us: tell it, so it refutes; talk once it has.
-                    out.send.push((
-                        from,
-                        Msg::Gossip {
-                            members: vec![k.wire()],
-                        },
-                    ));
-                    if let Msg::Neighbor { .. } = msg {
-                        out.send
-                            .push((from, Msg::NeighborReply { accepted: false }));
-                    }
-                    if !matches!(
-                        msg,
-                        Msg::Gossip { .. }
-                            | Msg::Sync { .. }
-                            | Msg::SyncDigest { .. }
-                            | Msg::SyncStamps { .. }
-                    ) {
-                        return;
-                    }
+            } else if let Some(down) = st.held_down(from, &msg) {
+                // Down to us: tell it, so it refutes; talk once it has.
+                out.send.push((
+                    from,
+                    Msg::Gossip {
+                        members: vec![down],
+                    },
+                ));
+                if let Msg::Neighbor { .. } = msg {
+                    out.send
+                        .push((from, Msg::NeighborReply { accepted: false }));
                 }
-                Some(_) => {}
+                if !matches!(
+                    msg,
+                    Msg::Gossip { .. }
+                        | Msg::Sync { .. }
+                        | Msg::SyncDigest { .. }
+                        | Msg::SyncStamps { .. }
+                ) {
+                    return;
+                }
             }
             state::handle(st, cfg, out, from, msg, &connected);
         });
