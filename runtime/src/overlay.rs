@@ -4,7 +4,9 @@
 //! # Views
 //!
 //! Each node keeps an *active view* of about `log2(N) + 1` nodes it holds a
-//! connection to (HyParView, Leitão et al., DSN'07), and a larger *passive
+//! connection to (HyParView, Leitão et al., DSN'07; a node below that
+//! target asks for neighbours, one at it still takes one more before it
+//! drops any), and a larger *passive
 //! view* of nodes it knows and may promote when an active neighbour goes.
 //! A node joins through any member (a seed of [`discovery`](crate::discovery)
 //! or [`Node::connect`](crate::Node::connect)): it sends `Join`, the contact
@@ -164,8 +166,10 @@ impl Default for OverlayConfig {
 }
 
 impl OverlayConfig {
-    /// The active view's size (default `floor(log2(N)) + 1` for the N
-    /// members known, at least 2).
+    /// The active view's target size (default `floor(log2(N)) + 1` for
+    /// the N members known, at least 2). A node below it asks for
+    /// neighbours; a node takes one neighbour more than this before it
+    /// drops one for a newcomer.
     pub fn active_size(mut self, n: usize) -> OverlayConfig {
         self.active = Some(n.max(1));
         self
