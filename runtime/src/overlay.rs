@@ -6,8 +6,8 @@
 //! Each node keeps an *active view* of about `log2(N) + 1` nodes it holds a
 //! connection to (HyParView, Leitão et al., DSN'07; a node below that
 //! target asks for neighbours, one at it still takes one more before it
-//! drops any), and a larger *passive
-//! view* of nodes it knows and may promote when an active neighbour goes.
+//! drops any), and a larger *passive view* of nodes it knows and may
+//! promote when an active neighbour goes.
 //! A node joins through any member (a seed of [`discovery`](crate::discovery)
 //! or [`Node::connect`](crate::Node::connect)): it sends `Join`, the contact
 //! takes it into its active view and starts a `ForwardJoin` random walk on
