@@ -72,8 +72,10 @@
 //! bounded number of messages). An active neighbour whose connection both
 //! sides closed idle is not suspected. Each node also checks one random member
 //! outside its active view every `probe_every` (default 1 s; scaled by
-//! `N / 32` past 32 members) by reaching it directly, which is how a member that no neighbour watches (the far side
-//! of a partition) is found out. A member declared down is disconnected
+//! `N / 32` past 32 members) by reaching it directly, which is how a
+//! member that no neighbour watches (the far side of a partition) is found
+//! out; a node with no neighbour suspects nobody so (it cannot tell its own
+//! isolation from the others' failure). A member declared down is disconnected
 //! wherever a connection to it is left, so every monitor and link on its
 //! processes fires with `NoConnection` on every node.
 //!
