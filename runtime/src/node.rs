@@ -1145,6 +1145,22 @@ impl Node {
         }
     }
 
+    /// How many nodes [`nodes`](Self::nodes) lists, without building the
+    /// list; with [`Topology::Partial`](crate::Topology::Partial) it takes
+    /// no lock, so a loop that polls it (a health check, a wait for a
+    /// cluster to form) never stalls the node.
+    ///
+    /// ```
+    /// let n = graft::Node::start(graft::NodeConfig::new("127.0.0.1:0")).unwrap();
+    /// assert_eq!(n.node_count(), 0);
+    /// ```
+    pub fn node_count(&self) -> usize {
+        match self.shared.dist.mon.overlay() {
+            Some(o) => o.count(),
+            None => self.shared.dist.nodes().len(),
+        }
+    }
+
     /// The overlay's views and the connections held, with
     /// [`Topology::Partial`](crate::Topology::Partial) (`None` for the full
     /// mesh).

@@ -229,6 +229,9 @@ pub(crate) struct Overlay {
     poked: crate::loom::AtomicBool,
     /// Ticks run (for tests and figures).
     ticks: crate::loom::AtomicUsize,
+    /// `State::up`, copied out at the end of each change under the lock:
+    /// a count of members read without the lock (see [`Overlay::count`]).
+    up: crate::loom::AtomicUsize,
     dials: parking_lot::Mutex<Dials>,
 }
 
@@ -309,6 +312,7 @@ impl Overlay {
             )),
             poked: crate::loom::AtomicBool::new(false),
             ticks: crate::loom::AtomicUsize::new(0),
+            up: crate::loom::AtomicUsize::new(0),
             dials: Default::default(),
         }
     }
@@ -342,6 +346,16 @@ impl Overlay {
     /// The members that are up, sorted.
     pub(crate) fn members(&self) -> Vec<NodeId> {
         self.st.lock().up_members()
+    }
+
+    /// How many members are up, without the state's lock: a caller that
+    /// polls it (a health check, the cluster bench's wait for a full
+    /// cluster) never holds the lock when the scheduler preempts it, which
+    /// on an overloaded machine stalled the overlay and I/O threads that
+    /// waited behind it (and the poller too, for up to a minute, at 1,000
+    /// nodes on two cores).
+    pub(crate) fn count(&self) -> usize {
+        self.up.load(crate::loom::Ordering::Relaxed)
     }
 
     pub(crate) fn is_member(&self, id: NodeId) -> bool {
@@ -384,6 +398,7 @@ impl Overlay {
         let wake = {
             let mut st = self.st.lock();
             f(&mut st, &self.cfg, &mut out);
+            self.up.store(st.up, crate::loom::Ordering::Relaxed);
             // Under the lock that the overlay thread decided its long nap
             // under: either it sees this change, or it is woken.
             let wake = st.sleeping && st.wants_tick(&self.cfg);
@@ -500,6 +515,7 @@ impl Overlay {
         let next = {
             let mut st = self.st.lock();
             let next = state::tick(&mut st, &self.cfg, &mut out, &usage);
+            self.up.store(st.up, crate::loom::Ordering::Relaxed);
             st.sleeping = next.is_some();
             next
         };

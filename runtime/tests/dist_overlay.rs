@@ -380,6 +380,11 @@ fn monitor_nodes_follows_membership() {
     eventually("the others drop it", || {
         nodes.iter().all(|x| !x.nodes().contains(&last))
     });
+    // The count read without the overlay's lock agrees with the list.
+    for x in &nodes {
+        assert_eq!(x.node_count(), x.nodes().len());
+        assert_eq!(x.node_count(), 2);
+    }
 }
 
 /// A stream each way between two nodes while the overlay evicts one from

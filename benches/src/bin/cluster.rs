@@ -276,11 +276,14 @@ fn host(args: &[String]) {
         .collect();
     let start = Instant::now();
     let mut said = Instant::now();
-    while !nodes.iter().all(|x| x.nodes().len() >= n - 1) {
+    // `node_count`, not `nodes().len()`: taking each node's overlay lock
+    // in turn, this thread (one of thousands on the machine) was often
+    // preempted holding one, and stalled that node.
+    while !nodes.iter().all(|x| x.node_count() >= n - 1) {
         if said.elapsed() >= Duration::from_secs(5) {
             said = Instant::now();
             // Progress on stderr: members seen, active views, connections.
-            let mut seen: Vec<usize> = nodes.iter().map(|x| x.nodes().len()).collect();
+            let mut seen: Vec<usize> = nodes.iter().map(Node::node_count).collect();
             seen.sort_unstable();
             let conns: usize = nodes.iter().map(conns_of).sum();
             let active: usize = nodes
@@ -327,7 +330,7 @@ fn host(args: &[String]) {
                 (cpu_start, t0) = (cpu_seconds(), Instant::now());
             }
             "watch" => {
-                let before: Vec<usize> = nodes.iter().map(|x| x.nodes().len()).collect();
+                let before: Vec<usize> = nodes.iter().map(Node::node_count).collect();
                 let _ = writeln!(out, "watching");
                 let _ = out.flush();
                 // The victim hosts n / HOSTS nodes (the last share).
@@ -335,7 +338,7 @@ fn host(args: &[String]) {
                 while !nodes
                     .iter()
                     .zip(&before)
-                    .all(|(x, b)| x.nodes().len() <= b - gone)
+                    .all(|(x, b)| x.node_count() <= b - gone)
                 {
                     std::thread::sleep(Duration::from_millis(1));
                 }
