@@ -16,7 +16,8 @@
 //! process-wide pool ([`POOL_SIZE`] key pairs) refilled by one background
 //! thread (`graft-net-keys`, parked while the pool is full). A handshake
 //! takes a key pair out of the pool (so each is used by one handshake,
-//! once) or, when the pool is empty, makes its own. A stranger cannot
+//! once) or, when the pool is empty or its lock is held, makes its own (it
+//! never waits for the idle-priority thread). A stranger cannot
 //! drain the pool: the acceptor makes its ephemeral key only after the
 //! initiator's first message opened with the cookie's key. What the pool
 //! changes for forward secrecy: at most [`POOL_SIZE`] not-yet-used private
@@ -114,8 +115,17 @@ impl Pool {
         }
     }
 
+    /// A key pair from the pool; `None` when it is empty or its lock is
+    /// held. Never waits: the lock's other user is the refilling thread,
+    /// at `SCHED_IDLE`, which on a saturated machine can be preempted
+    /// holding it and not run again for seconds, while every handshake of
+    /// the process (on the acceptor's side, its node's I/O thread) waited
+    /// behind it. In a 1,000-node cluster forming on two cores, one
+    /// hosting process in most runs used a quarter of the CPU of the
+    /// others with its nodes idle, most of them never getting a
+    /// neighbour (docs/decisions.md).
     fn take(&self) -> Option<(EphemeralPrivateKey, [u8; 32])> {
-        let k = self.keys.lock().pop();
+        let k = self.keys.try_lock()?.pop();
         if k.is_some() {
             self.taken.notify_one();
         }
@@ -221,6 +231,26 @@ impl Dh for Ephemeral25519 {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+
+    /// A handshake never waits for the key pool's lock (its holder, the
+    /// refilling thread, runs at idle priority and may not run for
+    /// seconds): it makes its own key pair instead.
+    #[test]
+    fn a_key_is_made_while_the_pool_is_locked() {
+        let pool = pool().expect("the pool's thread");
+        let held = pool.keys.lock();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut dh = Ephemeral25519::default();
+            dh.generate(&mut *DefaultResolver.resolve_rng().unwrap());
+            tx.send(dh.public).unwrap();
+        });
+        let public = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("a key made without the pool's lock");
+        assert_ne!(public, [0u8; 32]);
+        drop(held);
+    }
 
     fn pair(resolver: impl Fn() -> Box<dyn CryptoResolver + Send>) -> ([u8; 32], [u8; 32]) {
         let params: snow::params::NoiseParams = crate::handshake::NOISE.parse().unwrap();
