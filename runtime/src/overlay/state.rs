@@ -304,8 +304,8 @@ impl State {
         })
     }
 
-    /// The most neighbours this node keeps: one over the [target]
-    /// (State::target). A node below the target asks for neighbours; one
+    /// The most neighbours this node keeps: one over the
+    /// [target](State::target). A node below the target asks for neighbours; one
     /// at the target still takes one more, without dropping any. With no
     /// room over the target, every node of a settled cluster was full: a
     /// join's walks ended in evictions whose victims fell below the
