@@ -1217,16 +1217,7 @@ pub(super) fn tick(
         let all: Vec<NodeId> = st.members.keys().copied().collect();
         if let Some(id) = st.pick(&all, &active) {
             let k = st.members[&id].clone();
-            if k.up && active.is_empty() {
-                // No verdict; see above.
-            } else if k.up {
-                out.probe.push((None, k.wire()));
-                st.suspects.entry(id).or_insert(Suspect {
-                    deadline: now + cfg.probe_timeout,
-                    waiting: 1,
-                    direct: true,
-                });
-            } else {
+            if !k.up {
                 out.send.push((
                     id,
                     Msg::Sync {
@@ -1235,6 +1226,13 @@ pub(super) fn tick(
                         want: Vec::new(),
                     },
                 ));
+            } else if !active.is_empty() {
+                out.probe.push((None, k.wire()));
+                st.suspects.entry(id).or_insert(Suspect {
+                    deadline: now + cfg.probe_timeout,
+                    waiting: 1,
+                    direct: true,
+                });
             }
         }
     }
