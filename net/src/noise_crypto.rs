@@ -120,10 +120,10 @@ impl Pool {
     /// at `SCHED_IDLE`, which on a saturated machine can be preempted
     /// holding it and not run again for seconds, while every handshake of
     /// the process (on the acceptor's side, its node's I/O thread) waited
-    /// behind it. In a 1,000-node cluster forming on two cores, one
-    /// hosting process in most runs used a quarter of the CPU of the
-    /// others with its nodes idle, most of them never getting a
-    /// neighbour (docs/decisions.md).
+    /// behind it. That fits what a 1,000-node cluster forming on two
+    /// cores showed (one hosting process with a quarter of the others'
+    /// CPU, its nodes idle, most never getting a neighbour), though no
+    /// stack showed it (docs/decisions.md).
     fn take(&self) -> Option<(EphemeralPrivateKey, [u8; 32])> {
         let k = self.keys.try_lock()?.pop();
         if k.is_some() {

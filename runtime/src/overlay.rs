@@ -350,10 +350,8 @@ impl Overlay {
 
     /// How many members are up, without the state's lock: a caller that
     /// polls it (a health check, the cluster bench's wait for a full
-    /// cluster) never holds the lock when the scheduler preempts it, which
-    /// on an overloaded machine stalled the overlay and I/O threads that
-    /// waited behind it (and the poller too, for up to a minute, at 1,000
-    /// nodes on two cores).
+    /// cluster) never holds the lock when the scheduler preempts it, so
+    /// the overlay and I/O threads never wait behind it.
     pub(crate) fn count(&self) -> usize {
         self.up.load(crate::loom::Ordering::Relaxed)
     }

@@ -276,9 +276,9 @@ fn host(args: &[String]) {
         .collect();
     let start = Instant::now();
     let mut said = Instant::now();
-    // `node_count`, not `nodes().len()`: taking each node's overlay lock
-    // in turn, this thread (one of thousands on the machine) was often
-    // preempted holding one, and stalled that node.
+    // `node_count`, not `nodes().len()`: no node's overlay lock is taken
+    // (this thread, one of thousands on the machine, could be preempted
+    // holding one and stall that node; not shown to matter).
     while !nodes.iter().all(|x| x.node_count() >= n - 1) {
         if said.elapsed() >= Duration::from_secs(5) {
             said = Instant::now();

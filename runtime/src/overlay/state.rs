@@ -120,11 +120,11 @@ pub(super) const ASK_TIMEOUT: Duration = Duration::from_secs(2);
 pub(super) const ASK_BACKOFF: Duration = Duration::from_secs(1);
 /// The most `Neighbor` requests a node has out at once. Each is most
 /// often a connect and a handshake: a node with an empty view asked for
-/// its whole target at once, and again when the asks timed out. While a
-/// 1,000-node cluster formed on two cores, a host's nodes had 370
-/// outbound handshakes waiting at once (each on a thread), with whole
-/// hosts of nodes still asking. An answer is followed by the next ask at
-/// once, so a view still fills in a few round trips.
+/// its whole target at once, and again when the asks timed out (while a
+/// 1,000-node cluster formed on two cores, one host's process had 369
+/// threads waiting in an outbound handshake: asks, probes and joins
+/// together). An answer is followed by the next ask at once, so a view
+/// still fills in a few round trips.
 pub(super) const MAX_ASKS: usize = 2;
 /// How long a join waits for its contact's list before another contact
 /// may be joined. Until the list comes a node knows none of its other
@@ -315,9 +315,11 @@ impl State {
     /// finds a node with room.
     ///
     /// No limit while this node's join waits for its contact's list: its
-    /// target follows the members it knows, a handful then, so it dropped
-    /// the neighbours the join's walks brought it as each came. Once the
-    /// list has come the tick trims any excess.
+    /// target follows the members it knows, a handful then, so each walk
+    /// ending at it could evict the neighbour another brought. Once the
+    /// list has come the tick trims any excess. (Not shown to matter: at
+    /// N = 512 a joiner still evicted about two neighbours per join, its
+    /// list mostly there before the walks ended.)
     pub(super) fn room(&self, cfg: &OverlayConfig) -> usize {
         if self.awaits_list(Instant::now()) {
             usize::MAX
@@ -460,9 +462,10 @@ impl State {
     /// own record, and one newer than the down held here is its
     /// refutation. (A node refutes by flooding over its active view: one
     /// with no neighbour left had nobody to tell, and the members that
-    /// held it down refused every request that could give it one. At
-    /// N = 1,000 on two cores, 50 to 120 nodes of a host stayed so for
-    /// the whole run, docs/decisions.md.)
+    /// held it down refused every request that could give it one:
+    /// one way for a node to stay without neighbours for a whole
+    /// 1,000-node run, as 50 to 130 nodes of one host did,
+    /// docs/decisions.md.)
     pub(super) fn held_down(&self, from: NodeId, msg: &Msg) -> Option<Member> {
         let k = self.members.get(&from).filter(|k| !k.up)?;
         let own = match msg {
