@@ -402,7 +402,9 @@ fn streams_survive_eviction_and_idle_close() {
     let small = || {
         config().overlay(
             OverlayConfig::default()
-                .active_size(2)
+                // A target of one and room for two: views of two, so
+                // that the joins evict.
+                .active_size(1)
                 .idle_close(Duration::from_millis(100))
                 .probe_timeout(Duration::from_millis(500)),
         )
