@@ -1063,15 +1063,21 @@ impl Handler for NetHandler {
             .values()
             .map(|p| p.info.listen_addr.to_string())
             .collect();
-        n.dist.mon.peer_up(&n, id, peer, || {
-            n.dist.peers.write().insert(
-                id,
-                Peer {
-                    info: peer.clone(),
-                    sender,
-                    counters: Default::default(),
-                },
-            );
+        n.dist.mon.peer_up(&n, id, peer, |held| {
+            let p = Peer {
+                info: peer.clone(),
+                sender,
+                counters: Default::default(),
+            };
+            // Before any sender can find it (see `NetMon::peer_up`); a
+            // frame for another incarnation's process is dropped, as to a
+            // dead process.
+            for (to, kind, frame) in held {
+                if to.creation() == peer.creation {
+                    let _ = p.queue_counted(id, order_key(), kind, Cow::Owned(frame));
+                }
+            }
+            n.dist.peers.write().insert(id, p);
         });
         log::info!(
             "graft: {} connected to {} (id {:016x}) at {}",

@@ -187,14 +187,19 @@ impl NetMon {
         self.mode.get().copied().unwrap_or_default()
     }
 
-    /// A connection to `id` is up: `publish` makes it usable, then held
-    /// frames go and subscribers hear `NodeUp` (see the module docs).
+    /// A connection to `id` is up: `publish` queues the frames held for
+    /// it (auto-connect) on the connection, then makes it usable; then
+    /// subscribers hear `NodeUp` (see the module docs). The held frames
+    /// are queued first: a sender that finds the connection published
+    /// queues without this lock, so frames queued after publishing could
+    /// follow its later sends (seen: a stream's held messages 1 to 325
+    /// arrived after its message 326).
     pub(crate) fn peer_up(
         &self,
         n: &NodeShared,
         id: NodeId,
         peer: &PeerInfo,
-        publish: impl FnOnce(),
+        publish: impl FnOnce(Vec<(Pid, u8, Vec<u8>)>),
     ) {
         let partial = self.overlay().is_some();
         let mut s = self.state.lock();
@@ -208,12 +213,8 @@ impl NetMon {
                 announce_down(n, &mut s, id, &reason);
             }
         }
-        publish();
-        if let Some(p) = s.pending.remove(&id) {
-            for (to, kind, frame) in p.frames {
-                let _ = n.dist.try_send_to_pid_node(to, kind, &frame);
-            }
-        }
+        let held = s.pending.remove(&id).map(|p| p.frames).unwrap_or_default();
+        publish(held);
         if let Some(o) = self.overlay() {
             o.peer_up(id);
             return;
@@ -381,14 +382,15 @@ pub(crate) fn name_placeholder(node: NodeId) -> Pid {
 ///
 /// Protocol (all on this node, no frame): the transport's `peer_up`
 /// callback (a connection's handshake done) records the node as *up* under
-/// its connection id, publishes the connection, sends what auto-connect held
-/// for that node, then delivers `NodeUp` to the subscribers, all under one
-/// lock. The node loop's `node_lost` (a connection gone) delivers `NodeDown`
-/// only if the lost connection is the one recorded as up. A reconnect that
-/// lands before the old connection's loss is processed first announces the
-/// old one's `NodeDown`. So for each node a subscriber sees `NodeUp` and
-/// `NodeDown` alternate, starting with `NodeUp`, and a `NodeDown` is sent
-/// before the monitors and links across that connection fire.
+/// its connection id, queues what auto-connect held for that node on the
+/// connection, publishes the connection, then delivers `NodeUp` to the
+/// subscribers, all under one lock. The node loop's `node_lost` (a
+/// connection gone) delivers `NodeDown` only if the lost connection is the
+/// one recorded as up. A reconnect that lands before the old connection's
+/// loss is processed first announces the old one's `NodeDown`. So for each
+/// node a subscriber sees `NodeUp` and `NodeDown` alternate, starting with
+/// `NodeUp`, and a `NodeDown` is sent before the monitors and links across
+/// that connection fire.
 ///
 ///
 /// # Panics

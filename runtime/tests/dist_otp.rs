@@ -468,6 +468,73 @@ fn auto_connect_on_first_use_once_and_always() {
     }
 }
 
+/// Messages held while auto-connect runs go out before any sent once the
+/// connection is up. A process keeps sending through the connect: its
+/// first messages are held, the later ones find the connection. Every
+/// message arrives, in order. (Publishing the connection before queuing
+/// the held frames let a send overtake them; seen as a message arriving
+/// early in `dist_overlay`'s idle-close streams.)
+#[test]
+fn held_frames_go_before_the_sends_that_find_the_connection() {
+    let a = node("held");
+    let b = node("held");
+    let b_id = b.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let seen = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let seen2 = seen.clone();
+    let recv = b
+        .spawn(move || {
+            let mut want = 0u32;
+            loop {
+                seen2.store(want, std::sync::atomic::Ordering::Relaxed);
+                let k: u32 = expect();
+                if k == u32::MAX {
+                    let _ = tx.send(Ok(want));
+                    return;
+                }
+                if k != want {
+                    let _ = tx.send(Err((want, k)));
+                    return;
+                }
+                want += 1;
+            }
+        })
+        .unwrap();
+    let mut next = 0u32;
+    for _ in 0..40 {
+        // A disconnect drops what is still queued: all came first.
+        eventually("all arrived", || {
+            if let Ok(Err((want, got))) = rx.try_recv() {
+                panic!("message {got} arrived where {want} was due");
+            }
+            seen.load(std::sync::atomic::Ordering::Relaxed) == next
+        });
+        a.connect(b.addr()).unwrap();
+        assert!(a.disconnect(b_id));
+        eventually("disconnected", || !b.nodes().contains(&a.id()));
+        next = a
+            .run(move || {
+                // Until the connection is up (held), then a few hundred
+                // more (straight onto it, while the held ones are queued).
+                let (mut k, mut after) = (next, 0);
+                while after < 300 {
+                    send(recv, k);
+                    k += 1;
+                    if nodes().contains(&b_id) {
+                        after += 1;
+                    }
+                }
+                k
+            })
+            .unwrap();
+    }
+    a.run(move || send(recv, u32::MAX)).unwrap();
+    match rx.recv_timeout(LONG).expect("the receiver reports") {
+        Ok(n) => assert_eq!(n, next),
+        Err((want, got)) => panic!("message {got} arrived where {want} was due"),
+    }
+}
+
 #[test]
 fn an_unknown_message_is_forwarded_unchanged() {
     let a = node("fw");
