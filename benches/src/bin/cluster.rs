@@ -259,10 +259,6 @@ fn host(args: &[String]) {
             c
         }
     };
-    let conns_of = |x: &Node| {
-        x.overlay_view()
-            .map_or_else(|| x.nodes().len(), |v| v.connections)
-    };
     let nodes: Vec<Node> = (0..m)
         .map(|i| {
             // The first node is this host's seed, and joins through the
@@ -275,47 +271,36 @@ fn host(args: &[String]) {
         })
         .collect();
     let start = Instant::now();
-    let mut said = Instant::now();
-    // `node_count`, not `nodes().len()`: no node's overlay lock is taken
-    // (this thread, one of thousands on the machine, could be preempted
-    // holding one and stall that node; not shown to matter).
+    let nodes = std::sync::Arc::new(nodes);
+    let formed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Progress on stderr, from a thread of its own: it takes every node's
+    // overlay lock, and at N = 1,000 on two cores one pass took over two
+    // minutes (a host printed at 16 s, then at 165 s; its main thread
+    // waited on one node's overlay lock). On this thread it delayed the
+    // check below, so a cluster that had formed was seen late, or not
+    // within the limit.
+    {
+        let (nodes, formed) = (nodes.clone(), formed.clone());
+        // It ends within 50 ms of formation (the stats count threads).
+        std::thread::spawn(move || loop {
+            for _ in 0..100 {
+                std::thread::sleep(Duration::from_millis(50));
+                if formed.load(std::sync::atomic::Ordering::Relaxed) {
+                    return;
+                }
+            }
+            progress(k, m, &nodes, start);
+        });
+    }
+    // `node_count`, not `nodes().len()`: no node's overlay lock is taken.
     while !nodes.iter().all(|x| x.node_count() >= n - 1) {
-        if said.elapsed() >= Duration::from_secs(5) {
-            said = Instant::now();
-            // Progress on stderr: members seen, active views, connections.
-            let mut seen: Vec<usize> = nodes.iter().map(Node::node_count).collect();
-            seen.sort_unstable();
-            let conns: usize = nodes.iter().map(conns_of).sum();
-            let active: usize = nodes
-                .iter()
-                .filter_map(|x| x.overlay_view())
-                .map(|v| v.active.len())
-                .sum();
-            // The node that knows least, and how many have no neighbour.
-            let views: Vec<_> = nodes.iter().filter_map(|x| x.overlay_view()).collect();
-            let lonely = views.iter().filter(|v| v.active.is_empty()).count();
-            let least = views
-                .iter()
-                .min_by_key(|v| v.members.len())
-                .map(|v| format!("{}/{}/{}", v.active.len(), v.passive.len(), v.connections))
-                .unwrap_or_default();
-            eprintln!(
-                "host {k} at {:?}: members min {} median {} max {}, active {:.1}, connections {:.1} per node; \
-                 {lonely} without a neighbour; least-known active/passive/connections {least}",
-                start.elapsed(),
-                seen[0],
-                seen[seen.len() / 2],
-                seen[seen.len() - 1],
-                active as f64 / m as f64,
-                conns as f64 / m as f64
-            );
-        }
         assert!(
             start.elapsed() < Duration::from_secs(110),
             "no full cluster"
         );
         std::thread::sleep(Duration::from_millis(5));
     }
+    formed.store(true, std::sync::atomic::Ordering::Relaxed);
     let mut out = std::io::stdout();
     let _ = writeln!(out, "ready {}", unix_ms());
     let _ = out.flush();
@@ -348,7 +333,42 @@ fn host(args: &[String]) {
         }
         let _ = out.flush();
     }
-    for x in nodes {
-        x.shutdown();
+    // The progress thread may still hold the nodes: the process exits.
+    if let Ok(nodes) = std::sync::Arc::try_unwrap(nodes) {
+        for x in nodes {
+            x.shutdown();
+        }
     }
+}
+
+/// Connections of a node: of its overlay, or of the mesh.
+fn conns_of(x: &Node) -> usize {
+    x.overlay_view()
+        .map_or_else(|| x.nodes().len(), |v| v.connections)
+}
+
+/// One progress line of host `k` (of `m` nodes): members seen, active
+/// views, connections, and the node that knows least.
+fn progress(k: usize, m: usize, nodes: &[Node], start: Instant) {
+    let mut seen: Vec<usize> = nodes.iter().map(Node::node_count).collect();
+    seen.sort_unstable();
+    let conns: usize = nodes.iter().map(conns_of).sum();
+    let views: Vec<_> = nodes.iter().filter_map(|x| x.overlay_view()).collect();
+    let active: usize = views.iter().map(|v| v.active.len()).sum();
+    let lonely = views.iter().filter(|v| v.active.is_empty()).count();
+    let least = views
+        .iter()
+        .min_by_key(|v| v.members.len())
+        .map(|v| format!("{}/{}/{}", v.active.len(), v.passive.len(), v.connections))
+        .unwrap_or_default();
+    eprintln!(
+        "host {k} at {:?}: members min {} median {} max {}, active {:.1}, connections {:.1} per node; \
+         {lonely} without a neighbour; least-known active/passive/connections {least}",
+        start.elapsed(),
+        seen[0],
+        seen[seen.len() / 2],
+        seen[seen.len() - 1],
+        active as f64 / m as f64,
+        conns as f64 / m as f64
+    );
 }
