@@ -516,8 +516,9 @@ fn held_frames_go_before_the_sends_that_find_the_connection() {
             .run(move || {
                 // Until the connection is up (held), then a few hundred
                 // more (straight onto it, while the held ones are queued).
-                let (mut k, mut after) = (next, 0);
+                let (mut k, mut after, t) = (next, 0, Instant::now());
                 while after < 300 {
+                    assert!(t.elapsed() < LONG, "never connected");
                     send(recv, k);
                     k += 1;
                     if nodes().contains(&b_id) {
