@@ -17,6 +17,18 @@
 //! Mutation test: a `finish` that does not refuse later senders (they
 //! only check `closed`, as before retiring existed) must fail it.
 //!
+//! Heartbeats: a side retiring without `fin` still sends heartbeats after
+//! its last frame (the tick thread's pings, the reader's pongs), written
+//! as any frame (directly by their pusher, or by the I/O thread), until
+//! `fin`. Checked too: the wire holds the user's frames, the last frame
+//! and one shutdown as above, with heartbeats among them but never after
+//! the shutdown, and never two writers at once, although a second
+//! `finish` with `fin` shuts the socket down itself when it finds the
+//! write side done and idle. Mutation test: a second `finish` that shuts
+//! down on `finished` alone (a heartbeat handed to the I/O thread after
+//! the write side was done) must fail it; loom found that one in the
+//! first version of the change.
+//!
 //! A model of the protocol rather than the crate's code: graft-net has no
 //! `sync` shim (its sockets and epoll cannot run under loom).
 #![cfg(loom)]
@@ -27,6 +39,8 @@ use loom::thread;
 
 const LAST: u32 = 100;
 const FIN: u32 = 999;
+/// A heartbeat (the transport's own frame, key `u64::MAX`).
+const HB: u32 = 500;
 
 struct Outbox {
     buf: Vec<u32>,
@@ -45,6 +59,9 @@ struct Conn {
     writing: AtomicBool,
     /// Planted bug: senders do not look at `finishing`.
     senders_ignore_finishing: bool,
+    /// Planted bug: a second `finish` with `fin` shuts down whenever the
+    /// write side was done, also when a heartbeat was handed over since.
+    shuts_on_finished_alone: bool,
 }
 
 impl Conn {
@@ -86,6 +103,27 @@ impl Conn {
         true
     }
 
+    /// `push` of a heartbeat (`ping_if_due`, `on_heartbeat`): refused
+    /// only once retiring with `fin`.
+    fn heartbeat(&self, direct: bool) -> bool {
+        let mut o = self.out.lock().unwrap();
+        if o.finishing == Some(true) {
+            return false;
+        }
+        let alone = o.buf.is_empty();
+        o.buf.push(HB);
+        if !o.writer_idle {
+            return true;
+        }
+        if direct && alone {
+            let b = std::mem::take(&mut o.buf);
+            self.sock_write(&b);
+            return true;
+        }
+        self.hand_over(&mut o);
+        true
+    }
+
     /// `Conn::finish`.
     fn finish(&self, last: Option<u32>, fin: bool) -> bool {
         let mut o = self.out.lock().unwrap();
@@ -97,7 +135,7 @@ impl Conn {
                 return false;
             }
             o.finishing = Some(true);
-            if o.finished {
+            if o.finished && (o.writer_idle || self.shuts_on_finished_alone) {
                 self.sock_write(&[FIN]);
             }
             return true;
@@ -134,6 +172,7 @@ impl Conn {
                     self.arm(&mut o, false);
                     return true;
                 }
+                o.finished = false;
                 std::mem::take(&mut o.buf)
             };
             self.sock_write(&batch);
@@ -157,6 +196,7 @@ fn run(direct: [bool; 3], first: bool, then_fin: bool, bug: bool) {
             wire: Mutex::new(Vec::new()),
             writing: AtomicBool::new(false),
             senders_ignore_finishing: bug,
+            shuts_on_finished_alone: false,
         });
         let done = Arc::new(AtomicBool::new(false));
         let s = {
@@ -234,4 +274,82 @@ fn a_retirement_asked_again_with_fin_shuts_once() {
 #[should_panic]
 fn the_model_catches_senders_that_ignore_the_retirement() {
     run([false, false, false], true, false, true);
+}
+
+/// Runs the heartbeat model: one user frame, a retirement without `fin`
+/// then with it, and a heartbeat pushed (`direct` as given) at any point.
+fn run_heartbeat(direct: bool, bug: bool) {
+    loom::model(move || {
+        let c = Arc::new(Conn {
+            out: Mutex::new(Outbox {
+                buf: Vec::new(),
+                writer_idle: true,
+                armed: false,
+                finishing: None,
+                finished: false,
+            }),
+            interest: AtomicBool::new(false),
+            wire: Mutex::new(Vec::new()),
+            writing: AtomicBool::new(false),
+            senders_ignore_finishing: false,
+            shuts_on_finished_alone: bug,
+        });
+        assert!(c.send(0, false));
+        let done = Arc::new(AtomicBool::new(false));
+        let r = {
+            let (c, done) = (c.clone(), done.clone());
+            thread::spawn(move || {
+                assert!(c.finish(Some(LAST), false));
+                assert!(c.finish(None, true));
+                done.store(true, SeqCst);
+            })
+        };
+        let h = {
+            let c = c.clone();
+            thread::spawn(move || c.heartbeat(direct))
+        };
+        let io = {
+            let (c, done) = (c.clone(), done.clone());
+            thread::spawn(move || loop {
+                let d = done.load(SeqCst);
+                if !c.io_turn() {
+                    if d {
+                        return;
+                    }
+                    thread::yield_now();
+                }
+            })
+        };
+        r.join().unwrap();
+        let beat = h.join().unwrap();
+        io.join().unwrap();
+        let wire = c.wire.lock().unwrap().clone();
+        let user: Vec<u32> = wire.iter().copied().filter(|v| *v != HB).collect();
+        assert_eq!(
+            user,
+            vec![0, LAST, FIN],
+            "the frames, the last, one shutdown"
+        );
+        assert_eq!(wire.last(), Some(&FIN), "nothing after the shutdown");
+        // An accepted heartbeat is written (before the shutdown).
+        assert_eq!(wire.contains(&HB), beat, "{wire:?}");
+    });
+}
+
+#[test]
+fn heartbeats_after_the_last_frame_until_fin_direct() {
+    run_heartbeat(true, false);
+}
+
+#[test]
+fn heartbeats_after_the_last_frame_until_fin_by_the_io_thread() {
+    run_heartbeat(false, false);
+}
+
+/// Mutation test: a second `finish` that shuts down on `finished` alone
+/// does so under a heartbeat handed to the I/O thread.
+#[test]
+#[should_panic]
+fn the_model_catches_a_shutdown_under_a_heartbeat() {
+    run_heartbeat(false, true);
 }

@@ -108,6 +108,14 @@
 //! EOF and closes, which the asking side reads as EOF in turn, once all
 //! it wrote was read. Neither side closes with unread bytes, so no reset
 //! can discard data in flight.
+//!
+//! A side that retired without `fin` still sends heartbeats (and answers
+//! pings) after its last frame, until it finishes with `fin` or closes:
+//! the other side may take long to write out what it had queued, and its
+//! dead window counts silence. (Silent, it was declared dead while it
+//! still had 40 MB to write, and those frames were lost.) Heartbeats are
+//! the transport's own frames: the peer's handler never sees them, so the
+//! last frame stays the last.
 
 use std::borrow::Cow;
 use std::collections::VecDeque;
@@ -202,7 +210,8 @@ struct Outbox {
     /// writes what is queued and then, if `Some(true)`, shuts the write
     /// side down.
     finishing: Option<bool>,
-    /// Retiring, and everything queued is written (set with `Finished`).
+    /// Retiring, everything queued is written, and the writer is not
+    /// writing (cleared whenever it takes work: a heartbeat after `last`).
     finished: bool,
     /// Frames are held for a sender that promised a `flush` (see
     /// `send_held`).
@@ -577,7 +586,10 @@ impl Conn {
         encode: impl FnOnce(&mut Vec<u8>),
     ) -> Result<bool, NetError> {
         let mut out = self.out.lock();
-        if out.closed || out.finishing.is_some() {
+        // Retiring without `fin`, heartbeats (key `u64::MAX`) still go:
+        // see "Retiring".
+        let heartbeat_only = key == u64::MAX && out.finishing == Some(false);
+        if out.closed || (out.finishing.is_some() && !heartbeat_only) {
             return Err(NetError::NotConnected(self.info.id));
         }
         if key != u64::MAX {
@@ -703,8 +715,10 @@ impl Conn {
                 return false;
             }
             out.finishing = Some(true);
-            if out.finished {
-                // The writer is done: shut down here.
+            if out.finished && out.writer_idle {
+                // The writer is done and idle: shut down here. (Not with a
+                // heartbeat handed to it since: it shuts down after that
+                // one, on `Finished`; loom-tests' `retire.rs`.)
                 let _ = self.stream.shutdown(Shutdown::Write);
             }
             return true;
@@ -838,6 +852,9 @@ impl Conn {
                 }
             }
             if !out.buf.is_empty() || !out.sealed.is_empty() || !out.flights.is_empty() {
+                // Written outside the lock: `finish` must not shut the
+                // socket meanwhile (see `finish`).
+                out.finished = false;
                 std::mem::swap(&mut out.buf, &mut w.spare);
                 w.wire.extend_from_slice(&out.sealed);
                 out.sealed.clear();
@@ -853,7 +870,11 @@ impl Conn {
             }
             if let Some(fin) = out.finishing {
                 out.finished = true;
-                return Take::Finished(fin);
+                if fin {
+                    return Take::Finished(true);
+                }
+                // Without `fin`: nothing more of the user's, but heartbeats
+                // as when idle, until `fin` or the close (see "Retiring").
             }
             let due = w.last_write + w.tick;
             let now = Instant::now();
@@ -864,6 +885,7 @@ impl Conn {
                 // The answering side, hearing the other: nothing to send.
                 return Take::Idle(now + w.tick);
             }
+            out.finished = false;
             self.rtt.ping(&mut w.spare);
             w.last_ping = now;
             return Take::Work;

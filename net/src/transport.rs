@@ -1008,7 +1008,14 @@ impl Inner {
                     return;
                 }
             }
-            let conns: Vec<Arc<Conn>> = self.peers.read().values().cloned().collect();
+            let mut conns: Vec<Arc<Conn>> = self.peers.read().values().cloned().collect();
+            // Retiring ones too: without `fin` they still send heartbeats
+            // (conn.rs, "Retiring").
+            conns.extend(
+                (self.retiring.lock().iter())
+                    .filter_map(|(_, c)| c.upgrade())
+                    .filter(|c| !c.is_closed()),
+            );
             for c in conns {
                 c.ping_if_due(tick);
                 for l in c.extra_lanes() {
