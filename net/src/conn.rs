@@ -112,10 +112,10 @@
 //! A side that retired without `fin` still sends heartbeats (and answers
 //! pings) after its last frame, until it finishes with `fin` or closes:
 //! the other side may take long to write out what it had queued, and its
-//! dead window counts silence. (Silent, it was declared dead while it
-//! still had 40 MB to write, and those frames were lost.) Heartbeats are
-//! the transport's own frames: the peer's handler never sees them, so the
-//! last frame stays the last.
+//! dead window counts silence. (While the retired side was silent, the
+//! other declared it dead with 2.6 million frames still queued or unread,
+//! and those were lost.) Heartbeats are the transport's own frames: the
+//! peer's handler never sees them, so the last frame stays the last.
 
 use std::borrow::Cow;
 use std::collections::VecDeque;
