@@ -83,35 +83,20 @@ impl Conn {
         self.arm(o, true);
     }
 
-    /// `push` + `write_or_wake`; `false`: refused (retiring).
+    /// `push` + `write_or_wake`; `false`: refused (retiring; a heartbeat,
+    /// the real code's key `u64::MAX`, only once retiring with `fin`).
     fn send(&self, v: u32, direct: bool) -> bool {
         let mut o = self.out.lock().unwrap();
-        if o.finishing.is_some() && !self.senders_ignore_finishing {
+        let refused = if v == HB {
+            o.finishing == Some(true)
+        } else {
+            o.finishing.is_some() && !self.senders_ignore_finishing
+        };
+        if refused {
             return false;
         }
         let alone = o.buf.is_empty();
         o.buf.push(v);
-        if !o.writer_idle {
-            return true;
-        }
-        if direct && alone {
-            let b = std::mem::take(&mut o.buf);
-            self.sock_write(&b);
-            return true;
-        }
-        self.hand_over(&mut o);
-        true
-    }
-
-    /// `push` of a heartbeat (`ping_if_due`, `on_heartbeat`): refused
-    /// only once retiring with `fin`.
-    fn heartbeat(&self, direct: bool) -> bool {
-        let mut o = self.out.lock().unwrap();
-        if o.finishing == Some(true) {
-            return false;
-        }
-        let alone = o.buf.is_empty();
-        o.buf.push(HB);
         if !o.writer_idle {
             return true;
         }
@@ -306,7 +291,7 @@ fn run_heartbeat(direct: bool, bug: bool) {
         };
         let h = {
             let c = c.clone();
-            thread::spawn(move || c.heartbeat(direct))
+            thread::spawn(move || c.send(HB, direct))
         };
         let io = {
             let (c, done) = (c.clone(), done.clone());
