@@ -65,6 +65,24 @@ struct Conn {
 }
 
 impl Conn {
+    /// An idle connection, with the planted bugs asked for.
+    fn new(senders_ignore_finishing: bool, shuts_on_finished_alone: bool) -> Conn {
+        Conn {
+            out: Mutex::new(Outbox {
+                buf: Vec::new(),
+                writer_idle: true,
+                armed: false,
+                finishing: None,
+                finished: false,
+            }),
+            interest: AtomicBool::new(false),
+            wire: Mutex::new(Vec::new()),
+            writing: AtomicBool::new(false),
+            senders_ignore_finishing,
+            shuts_on_finished_alone,
+        }
+    }
+
     fn sock_write(&self, frames: &[u32]) {
         assert!(!self.writing.swap(true, SeqCst), "two writers at once");
         self.wire.lock().unwrap().extend_from_slice(frames);
@@ -165,24 +183,25 @@ impl Conn {
     }
 }
 
+/// The I/O thread: turns until `done` and no event is left.
+fn io_thread(c: &Arc<Conn>, done: &Arc<AtomicBool>) -> thread::JoinHandle<()> {
+    let (c, done) = (c.clone(), done.clone());
+    thread::spawn(move || loop {
+        let d = done.load(SeqCst);
+        if !c.io_turn() {
+            if d {
+                return;
+            }
+            thread::yield_now();
+        }
+    })
+}
+
 /// Runs the model: a sender of three frames (direct writes as given), a
 /// retirer (`first` fin, then, if `then_fin`, a second call with fin).
 fn run(direct: [bool; 3], first: bool, then_fin: bool, bug: bool) {
     loom::model(move || {
-        let c = Arc::new(Conn {
-            out: Mutex::new(Outbox {
-                buf: Vec::new(),
-                writer_idle: true,
-                armed: false,
-                finishing: None,
-                finished: false,
-            }),
-            interest: AtomicBool::new(false),
-            wire: Mutex::new(Vec::new()),
-            writing: AtomicBool::new(false),
-            senders_ignore_finishing: bug,
-            shuts_on_finished_alone: false,
-        });
+        let c = Arc::new(Conn::new(bug, false));
         let done = Arc::new(AtomicBool::new(false));
         let s = {
             let c = c.clone();
@@ -206,18 +225,7 @@ fn run(direct: [bool; 3], first: bool, then_fin: bool, bug: bool) {
                 done.store(true, SeqCst);
             })
         };
-        let io = {
-            let (c, done) = (c.clone(), done.clone());
-            thread::spawn(move || loop {
-                let d = done.load(SeqCst);
-                if !c.io_turn() {
-                    if d {
-                        return;
-                    }
-                    thread::yield_now();
-                }
-            })
-        };
+        let io = io_thread(&c, &done);
         let accepted = s.join().unwrap();
         r.join().unwrap();
         io.join().unwrap();
@@ -265,20 +273,7 @@ fn the_model_catches_senders_that_ignore_the_retirement() {
 /// then with it, and a heartbeat pushed (`direct` as given) at any point.
 fn run_heartbeat(direct: bool, bug: bool) {
     loom::model(move || {
-        let c = Arc::new(Conn {
-            out: Mutex::new(Outbox {
-                buf: Vec::new(),
-                writer_idle: true,
-                armed: false,
-                finishing: None,
-                finished: false,
-            }),
-            interest: AtomicBool::new(false),
-            wire: Mutex::new(Vec::new()),
-            writing: AtomicBool::new(false),
-            senders_ignore_finishing: false,
-            shuts_on_finished_alone: bug,
-        });
+        let c = Arc::new(Conn::new(false, bug));
         assert!(c.send(0, false));
         let done = Arc::new(AtomicBool::new(false));
         let r = {
@@ -293,18 +288,7 @@ fn run_heartbeat(direct: bool, bug: bool) {
             let c = c.clone();
             thread::spawn(move || c.send(HB, direct))
         };
-        let io = {
-            let (c, done) = (c.clone(), done.clone());
-            thread::spawn(move || loop {
-                let d = done.load(SeqCst);
-                if !c.io_turn() {
-                    if d {
-                        return;
-                    }
-                    thread::yield_now();
-                }
-            })
-        };
+        let io = io_thread(&c, &done);
         r.join().unwrap();
         let beat = h.join().unwrap();
         io.join().unwrap();
