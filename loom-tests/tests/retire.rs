@@ -24,10 +24,12 @@
 //! and one shutdown as above, with heartbeats among them but never after
 //! the shutdown, and never two writers at once, although a second
 //! `finish` with `fin` shuts the socket down itself when it finds the
-//! write side done and idle. Mutation test: a second `finish` that shuts
-//! down on `finished` alone (a heartbeat handed to the I/O thread after
-//! the write side was done) must fail it; loom found that one in the
-//! first version of the change.
+//! writer idle (retiring, it idles only with everything written).
+//! Mutation test: a second `finish` that shuts down without looking at
+//! the writer must fail it. (The first version of the change shut down
+//! on a `finished` flag set when the writer last found nothing to write;
+//! loom found a heartbeat handed to the I/O thread after that, written
+//! after the shutdown. The flag is gone: an idle writer says the same.)
 //!
 //! A model of the protocol rather than the crate's code: graft-net has no
 //! `sync` shim (its sockets and epoll cannot run under loom).
@@ -48,8 +50,6 @@ struct Outbox {
     armed: bool,
     /// `Some(fin)` once retiring.
     finishing: Option<bool>,
-    /// Retiring, and everything was written.
-    finished: bool,
 }
 
 struct Conn {
@@ -59,27 +59,26 @@ struct Conn {
     writing: AtomicBool,
     /// Planted bug: senders do not look at `finishing`.
     senders_ignore_finishing: bool,
-    /// Planted bug: a second `finish` with `fin` shuts down whenever the
-    /// write side was done, also when a heartbeat was handed over since.
-    shuts_on_finished_alone: bool,
+    /// Planted bug: a second `finish` with `fin` shuts down without
+    /// looking at the writer.
+    shuts_regardless: bool,
 }
 
 impl Conn {
     /// An idle connection, with the planted bugs asked for.
-    fn new(senders_ignore_finishing: bool, shuts_on_finished_alone: bool) -> Conn {
+    fn new(senders_ignore_finishing: bool, shuts_regardless: bool) -> Conn {
         Conn {
             out: Mutex::new(Outbox {
                 buf: Vec::new(),
                 writer_idle: true,
                 armed: false,
                 finishing: None,
-                finished: false,
             }),
             interest: AtomicBool::new(false),
             wire: Mutex::new(Vec::new()),
             writing: AtomicBool::new(false),
             senders_ignore_finishing,
-            shuts_on_finished_alone,
+            shuts_regardless,
         }
     }
 
@@ -138,7 +137,7 @@ impl Conn {
                 return false;
             }
             o.finishing = Some(true);
-            if o.finished && (o.writer_idle || self.shuts_on_finished_alone) {
+            if o.writer_idle || self.shuts_regardless {
                 self.sock_write(&[FIN]);
             }
             return true;
@@ -165,17 +164,13 @@ impl Conn {
                     return true;
                 }
                 if o.buf.is_empty() {
-                    if let Some(fin) = o.finishing {
-                        o.finished = true;
-                        if fin {
-                            self.sock_write(&[FIN]);
-                        }
+                    if o.finishing == Some(true) {
+                        self.sock_write(&[FIN]);
                     }
                     o.writer_idle = true;
                     self.arm(&mut o, false);
                     return true;
                 }
-                o.finished = false;
                 std::mem::take(&mut o.buf)
             };
             self.sock_write(&batch);
@@ -315,10 +310,10 @@ fn heartbeats_after_the_last_frame_until_fin_by_the_io_thread() {
     run_heartbeat(false, false);
 }
 
-/// Mutation test: a second `finish` that shuts down on `finished` alone
-/// does so under a heartbeat handed to the I/O thread.
+/// Mutation test: a second `finish` that shuts down without looking at
+/// the writer does so under a frame the writer is writing.
 #[test]
 #[should_panic]
-fn the_model_catches_a_shutdown_under_a_heartbeat() {
+fn the_model_catches_a_shutdown_under_the_writer() {
     run_heartbeat(false, true);
 }

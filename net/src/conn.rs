@@ -210,9 +210,6 @@ struct Outbox {
     /// writes what is queued and then, if `Some(true)`, shuts the write
     /// side down.
     finishing: Option<bool>,
-    /// Retiring, everything queued is written, and the writer is not
-    /// writing (cleared whenever it takes work: a heartbeat after `last`).
-    finished: bool,
     /// Frames are held for a sender that promised a `flush` (see
     /// `send_held`).
     held: bool,
@@ -447,7 +444,6 @@ impl Conn {
                 armed: false,
                 closed: false,
                 finishing: None,
-                finished: false,
                 held: false,
                 last_push: Instant::now(),
                 idle_since: Instant::now(),
@@ -715,10 +711,11 @@ impl Conn {
                 return false;
             }
             out.finishing = Some(true);
-            if out.finished && out.writer_idle {
-                // The writer is done and idle: shut down here. (Not with a
-                // heartbeat handed to it since: it shuts down after that
-                // one, on `Finished`; loom-tests' `retire.rs`.)
+            if out.writer_idle {
+                // Retiring, the writer idles only once everything queued
+                // is written: shut down here. (Not while it writes, a
+                // heartbeat after the last frame, say: it shuts down after
+                // that, on `Finished`; loom-tests' `retire.rs`.)
                 let _ = self.stream.shutdown(Shutdown::Write);
             }
             return true;
@@ -852,9 +849,6 @@ impl Conn {
                 }
             }
             if !out.buf.is_empty() || !out.sealed.is_empty() || !out.flights.is_empty() {
-                // Written outside the lock: `finish` must not shut the
-                // socket meanwhile (see `finish`).
-                out.finished = false;
                 std::mem::swap(&mut out.buf, &mut w.spare);
                 w.wire.extend_from_slice(&out.sealed);
                 out.sealed.clear();
@@ -868,14 +862,11 @@ impl Conn {
                 }
                 return Take::Work;
             }
-            if let Some(fin) = out.finishing {
-                out.finished = true;
-                if fin {
-                    return Take::Finished(true);
-                }
-                // Without `fin`: nothing more of the user's, but heartbeats
-                // as when idle, until `fin` or the close (see "Retiring").
+            if out.finishing == Some(true) {
+                return Take::Finished;
             }
+            // Retiring without `fin` goes on as when idle: heartbeats, until
+            // `fin` or the close (see "Retiring").
             let due = w.last_write + w.tick;
             let now = Instant::now();
             if now < due {
@@ -885,7 +876,6 @@ impl Conn {
                 // The answering side, hearing the other: nothing to send.
                 return Take::Idle(now + w.tick);
             }
-            out.finished = false;
             self.rtt.ping(&mut w.spare);
             w.last_ping = now;
             return Take::Work;
@@ -932,10 +922,8 @@ impl Conn {
                 loop {
                     match self.take_work(&mut out, &mut w) {
                         Take::Closed => return,
-                        Take::Finished(fin) => {
-                            if fin {
-                                let _ = self.stream.shutdown(Shutdown::Write);
-                            }
+                        Take::Finished => {
+                            let _ = self.stream.shutdown(Shutdown::Write);
                             return;
                         }
                         Take::Work => break,
@@ -1001,10 +989,8 @@ impl Conn {
                 }
                 match self.take_work(&mut out, w) {
                     Take::Closed => return Ok(()),
-                    Take::Finished(fin) => {
-                        if fin {
-                            let _ = self.stream.shutdown(Shutdown::Write);
-                        }
+                    Take::Finished => {
+                        let _ = self.stream.shutdown(Shutdown::Write);
                         // Never handed back: senders are refused.
                         out.writer_idle = true;
                         self.arm(&mut out, link, false);
@@ -1186,9 +1172,10 @@ enum Take {
     Idle(Instant),
     /// The connection is closed.
     Closed,
-    /// Retiring, and everything is written: shut the write side down if
-    /// `true`, then write nothing more.
-    Finished(bool),
+    /// Retiring with `fin`, and everything is written: shut the write
+    /// side down, then write nothing more. (Retiring without `fin`, the
+    /// writer idles as usual: see "Retiring".)
+    Finished,
 }
 
 /// The writer's buffers and clocks: the writer thread's locals, or an I/O
