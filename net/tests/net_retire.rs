@@ -39,8 +39,12 @@ fn pair(
 }
 
 /// Sends numbered frames to `peer` until a send fails or `stop`; the
-/// number sent.
+/// number sent. At most about 1 MiB ahead of the reader: unthrottled, the
+/// sender queued millions of frames, which a retirement (rightly) writes
+/// out before it ends, longer than the tests' hang guard on a loaded
+/// machine.
 fn stream(t: &Transport, peer: PeerId, stop: &AtomicBool) -> u64 {
+    let s = t.sender(peer).expect("connected");
     let mut n = 0u64;
     while !stop.load(Ordering::Relaxed) {
         match t.send(peer, DATA, &n.to_le_bytes()) {
@@ -49,6 +53,9 @@ fn stream(t: &Transport, peer: PeerId, stop: &AtomicBool) -> u64 {
             Err(e) => panic!("send failed: {e}"),
         }
         if n.is_multiple_of(64) {
+            while s.queued_bytes() > 1 << 20 && s.is_connected() && !stop.load(Ordering::Relaxed) {
+                thread::sleep(Duration::from_millis(1));
+            }
             thread::yield_now();
         }
     }
