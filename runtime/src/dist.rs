@@ -334,6 +334,15 @@ impl Peer {
         self.counters.frames() + self.sender.queued_bytes() as u64
     }
 
+    /// Queues a frame for process `to` on auto-connect's path (held while
+    /// its node was not connected, or found connected meanwhile), with
+    /// this thread's order key; `true` if queued. One for another
+    /// incarnation's process is dropped, as to a dead process.
+    fn queue_for(&self, to: Pid, kind: u8, frame: Cow<'_, [u8]>) -> bool {
+        self.info.creation == to.creation()
+            && (self.queue_counted(to.node(), order_key(), kind, frame)).is_ok()
+    }
+
     /// Queues a frame for this peer (see [`queue`]) and counts it: sent,
     /// or refused as too large.
     fn queue_counted(
@@ -807,12 +816,11 @@ impl Dist {
     /// lock, to keep frames in order.)
     pub(crate) fn try_send_to_pid_node(&self, to: Pid, kind: u8, frame: &[u8]) -> Option<bool> {
         let peers = self.peers.read();
-        let peer = peers.get(&to.node())?;
-        if peer.info.creation != to.creation() {
-            return Some(false);
-        }
-        peer.counters.sent(frame.len());
-        Some(queue(&peer.sender, order_key(), kind, Cow::Borrowed(frame)).is_ok())
+        Some(
+            peers
+                .get(&to.node())?
+                .queue_for(to, kind, Cow::Borrowed(frame)),
+        )
     }
 
     /// Routes mail for a remote pid.
@@ -1069,13 +1077,9 @@ impl Handler for NetHandler {
                 sender,
                 counters: Default::default(),
             };
-            // Before any sender can find it (see `NetMon::peer_up`); a
-            // frame for another incarnation's process is dropped, as to a
-            // dead process.
+            // Before any sender can find it (see `NetMon::peer_up`).
             for (to, kind, frame) in held {
-                if to.creation() == peer.creation {
-                    let _ = p.queue_counted(id, order_key(), kind, Cow::Owned(frame));
-                }
+                p.queue_for(to, kind, Cow::Owned(frame));
             }
             n.dist.peers.write().insert(id, p);
         });
