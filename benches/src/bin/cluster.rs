@@ -105,11 +105,7 @@ fn metric(what: &str, n: usize) -> String {
 }
 
 fn run(n: usize) {
-    // One seed address per host, free when chosen (the listeners are held
-    // together, so the ports differ).
-    let held: Vec<_> = (0..HOSTS)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("a free port"))
-        .collect();
+    let held = seed_listeners();
     let seeds = held
         .iter()
         .map(|l| l.local_addr().expect("an address").to_string())
@@ -213,6 +209,36 @@ fn run(n: usize) {
         h.say("exit");
         let _ = h.child.wait();
     }
+}
+
+/// One seed address per host, free when chosen (the listeners are held
+/// together, so the ports differ), and below the kernel's ephemeral range:
+/// a port from that range could be taken, between the choice and the seed's
+/// bind, by another host's node listening on port 0 or by an outbound
+/// connect's source port (one run lost a whole host so: `AddrInUse`).
+fn seed_listeners() -> Vec<std::net::TcpListener> {
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    // A start that differs from run to run (the process id), so that two
+    // benches at once, or ports still in TIME_WAIT, are stepped over.
+    let span = low.saturating_sub(10_000).max(1);
+    let mut port = 10_000 + (std::process::id() % u32::from(span)) as u16;
+    let mut held = Vec::new();
+    for _ in 0..span {
+        if held.len() == HOSTS {
+            break;
+        }
+        if let Ok(l) = std::net::TcpListener::bind(("127.0.0.1", port)) {
+            held.push(l);
+        }
+        port = if port + 1 >= low { 10_000 } else { port + 1 };
+    }
+    while held.len() < HOSTS {
+        held.push(std::net::TcpListener::bind("127.0.0.1:0").expect("a free port"));
+    }
+    held
 }
 
 fn flag<'a>(args: &'a [String], name: &str) -> &'a str {
