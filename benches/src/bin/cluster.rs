@@ -8,6 +8,10 @@
 //!   lists a few pods, then the mesh's own transitive connects; those first
 //!   nodes themselves join through the first host's, so that one cluster
 //!   forms);
+//! - `started_ms_nN`: from starting the OS processes until every host has
+//!   started all its nodes (each host starts its nodes one after another,
+//!   so at N = 1,000 on two cores a good part of `formation_ms` is this:
+//!   see "where the formation time goes" in `docs/decisions.md`);
 //! - `connections_per_node_nN`, `threads_per_node_nN`, `rss_mb_per_node_nN`
 //!   (threads and RSS of the hosting processes, divided by their nodes);
 //! - `heartbeat_cpu_percent_nN`: CPU of the idle cluster over 2 s
@@ -22,7 +26,8 @@
 //! (`Node::nodes`) and the connections are what each node holds.
 //!
 //! The parent re-executes itself as `cluster --host K --nodes M --seeds
-//! ADDR,... --n N`: each host starts M nodes, prints `ready <unix ms>` once all its
+//! ADDR,... --n N`: each host starts M nodes, prints `started <unix ms>`
+//! once they are started and `ready <unix ms>` once all its
 //! nodes see N-1 peers, then answers `stats` and `watch` on stdin.
 
 use graft::discovery::StaticSeeds;
@@ -141,11 +146,16 @@ fn run(n: usize) {
             }
         })
         .collect();
-    let ready = hosts
-        .iter()
-        .map(|h| h.expect("ready").parse::<f64>().expect("a time"))
-        .fold(0.0, f64::max);
+    let last = |what: &str| {
+        hosts
+            .iter()
+            .map(|h| h.expect(what).parse::<f64>().expect("a time"))
+            .fold(0.0, f64::max)
+    };
+    let started = last("started");
+    let ready = last("ready");
     report("cluster", &metric("formation_ms", n), "ms", ready - t0);
+    report("cluster", &metric("started_ms", n), "ms", started - t0);
     // Idle for 2 s (`GRAFT_CLUSTER_IDLE_S` to choose), then each host
     // tells what it holds.
     let idle_s = std::env::var("GRAFT_CLUSTER_IDLE_S")
@@ -297,6 +307,9 @@ fn host(args: &[String]) {
         })
         .collect();
     let start = Instant::now();
+    let mut out = std::io::stdout();
+    let _ = writeln!(out, "started {}", unix_ms());
+    let _ = out.flush();
     let nodes = std::sync::Arc::new(nodes);
     let formed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     // Progress on stderr, from a thread of its own: it takes every node's
@@ -327,7 +340,6 @@ fn host(args: &[String]) {
         std::thread::sleep(Duration::from_millis(5));
     }
     formed.store(true, std::sync::atomic::Ordering::Relaxed);
-    let mut out = std::io::stdout();
     let _ = writeln!(out, "ready {}", unix_ms());
     let _ = out.flush();
     let (cpu0, mut t0) = (cpu_seconds(), Instant::now());
