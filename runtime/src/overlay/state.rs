@@ -665,9 +665,9 @@ impl State {
 
     /// Floods `news` over the active view (but to `except`, where it came
     /// from, and to neighbours that send the same record before it leaves:
-    /// [`State::heard_again`]): gathered, and sent at the next tick as one `Gossip` per
-    /// neighbour ([`State::send_news`]). One message per piece of news
-    /// was 98 % of the overlay's messages at N = 256 (each node hears
+    /// [`State::heard_again`]): gathered, and sent at the next tick as one
+    /// `Gossip` per neighbour ([`State::send_news`]). One message per piece
+    /// of news was 98 % of the overlay's messages at N = 256 (each node hears
     /// each join, down and refutation from most of its neighbours) and
     /// kept the hosts' I/O threads saturated; a tick's news in one
     /// message costs at most a tick per hop.
@@ -2091,51 +2091,20 @@ mod tests {
             know(&mut st, "d"),
         );
         st.active.extend([a, b, c, d]);
-        let gossip = |m: Member| Msg::Gossip { members: vec![m] };
-        let mut out = Out::default();
+        let hear = |st: &mut State, from: NodeId, name: &str, inc: u64| {
+            let gossip = Msg::Gossip {
+                members: vec![member(name, inc, true)],
+            };
+            handle(st, &cfg, &mut Out::default(), from, gossip, &|_| false);
+        };
         // x comes from a, then again from b before the flood.
-        handle(
-            &mut st,
-            &cfg,
-            &mut out,
-            a,
-            gossip(member("x", 5, true)),
-            &|_| false,
-        );
-        handle(
-            &mut st,
-            &cfg,
-            &mut out,
-            b,
-            gossip(member("x", 5, true)),
-            &|_| false,
-        );
+        hear(&mut st, a, "x", 5);
+        hear(&mut st, b, "x", 5);
         // y comes from a; c sends an older one, d a newer one, which
         // replaces it: only d holds the record that leaves.
-        handle(
-            &mut st,
-            &cfg,
-            &mut out,
-            a,
-            gossip(member("y", 5, true)),
-            &|_| false,
-        );
-        handle(
-            &mut st,
-            &cfg,
-            &mut out,
-            c,
-            gossip(member("y", 4, true)),
-            &|_| false,
-        );
-        handle(
-            &mut st,
-            &cfg,
-            &mut out,
-            d,
-            gossip(member("y", 6, true)),
-            &|_| false,
-        );
+        hear(&mut st, a, "y", 5);
+        hear(&mut st, c, "y", 4);
+        hear(&mut st, d, "y", 6);
         let mut out = Out::default();
         st.send_news(&mut out);
         let names = |to: NodeId| -> Vec<(String, u64)> {
