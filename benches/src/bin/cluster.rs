@@ -347,7 +347,10 @@ fn host(args: &[String]) {
     for line in std::io::stdin().lock().lines().map_while(Result::ok) {
         match line.trim() {
             "stats" => {
-                let conns: usize = nodes.iter().map(conns_of).sum();
+                let conns: usize = nodes
+                    .iter()
+                    .map(|x| conns_of(x, x.overlay_view().as_ref()))
+                    .sum();
                 let cpu = (cpu_seconds() - cpu_start) / t0.elapsed().as_secs_f64() * 100.0;
                 let _ = writeln!(out, "stats {conns} {} {} {cpu}", threads(), rss_bytes());
                 (cpu_start, t0) = (cpu_seconds(), Instant::now());
@@ -379,10 +382,10 @@ fn host(args: &[String]) {
     }
 }
 
-/// Connections of a node: of its overlay, or of the mesh.
-fn conns_of(x: &Node) -> usize {
-    x.overlay_view()
-        .map_or_else(|| x.nodes().len(), |v| v.connections)
+/// Connections of a node: of its overlay (`view`, taken already), or of
+/// the mesh.
+fn conns_of(x: &Node, view: Option<&graft::overlay::OverlayView>) -> usize {
+    view.map_or_else(|| x.nodes().len(), |v| v.connections)
 }
 
 /// One progress line of host `k` (of `m` nodes): members seen, active
@@ -390,8 +393,15 @@ fn conns_of(x: &Node) -> usize {
 fn progress(k: usize, m: usize, nodes: &[Node], start: Instant) {
     let mut seen: Vec<usize> = nodes.iter().map(Node::node_count).collect();
     seen.sort_unstable();
-    let conns: usize = nodes.iter().map(conns_of).sum();
-    let views: Vec<_> = nodes.iter().filter_map(|x| x.overlay_view()).collect();
+    // Each node's overlay lock once per pass: on a saturated machine a
+    // pass took minutes.
+    let views: Vec<_> = nodes.iter().map(Node::overlay_view).collect();
+    let conns: usize = nodes
+        .iter()
+        .zip(&views)
+        .map(|(x, v)| conns_of(x, v.as_ref()))
+        .sum();
+    let views: Vec<_> = views.into_iter().flatten().collect();
     let active: usize = views.iter().map(|v| v.active.len()).sum();
     let lonely = views.iter().filter(|v| v.active.is_empty()).count();
     let least = views
