@@ -174,6 +174,24 @@ pub(super) struct Suspect {
     pub(super) direct: bool,
 }
 
+/// A record waiting to be flooded, and the neighbours known to hold it
+/// already: the flood skips them.
+#[derive(Debug)]
+pub(super) struct News {
+    rec: Member,
+    /// The neighbour it came from.
+    from: Option<NodeId>,
+    /// Neighbours that sent the same record while it waited
+    /// ([`State::heard_again`]); empty, so no allocation, for most.
+    also: Vec<NodeId>,
+}
+
+impl News {
+    fn held_by(&self, a: NodeId) -> bool {
+        self.from == Some(a) || self.also.contains(&a)
+    }
+}
+
 #[derive(Debug)]
 pub(super) struct State {
     pub(super) me: Member,
@@ -208,10 +226,8 @@ pub(super) struct State {
     /// The contact of a join whose list has not come yet, and when the
     /// join was sent (see [`JOIN_WAIT`]).
     pub(super) joining: Option<(NodeId, Instant)>,
-    /// News to flood at the next tick, and the neighbours known to hold
-    /// each record already (the one it came from, and any that sent the
-    /// same record while it waited): the flood skips them.
-    pub(super) news: Vec<(Member, Vec<NodeId>)>,
+    /// News to flood at the next tick.
+    pub(super) news: Vec<News>,
     /// When news was last flooded, and the gap before the next flood
     /// may leave (see [`State::gossip_due`]).
     pub(super) last_gossip: Option<Instant>,
@@ -677,12 +693,16 @@ impl State {
             // won the merge that made it news), found by its id: a search
             // of the list per record made a joiner's first list (a
             // thousand members, all news) a million name comparisons.
-            let has: Vec<NodeId> = except.into_iter().collect();
-            match self.news_at.entry(NodeId::from_name(&m.name)) {
-                Entry::Occupied(e) => self.news[*e.get()] = (m, has),
+            let news = News {
+                rec: m,
+                from: except,
+                also: Vec::new(),
+            };
+            match self.news_at.entry(NodeId::from_name(&news.rec.name)) {
+                Entry::Occupied(e) => self.news[*e.get()] = news,
                 Entry::Vacant(e) => {
                     e.insert(self.news.len());
-                    self.news.push((m, has));
+                    self.news.push(news);
                 }
             }
         }
@@ -697,9 +717,9 @@ impl State {
     /// neighbour it was about to send it back to.
     pub(super) fn heard_again(&mut self, id: NodeId, m: &Member, from: NodeId) {
         if let Some(&i) = self.news_at.get(&id) {
-            let (n, has) = &mut self.news[i];
-            if n.inc == m.inc && n.up == m.up && !has.contains(&from) {
-                has.push(from);
+            let n = &mut self.news[i];
+            if n.rec.inc == m.inc && n.rec.up == m.up && !n.held_by(from) {
+                n.also.push(from);
             }
         }
     }
@@ -740,8 +760,8 @@ impl State {
         for a in &self.active {
             let members: Vec<Member> = news
                 .iter()
-                .filter(|(_, has)| !has.contains(a))
-                .map(|(m, _)| m.clone())
+                .filter(|n| !n.held_by(*a))
+                .map(|n| n.rec.clone())
                 .collect();
             if !members.is_empty() {
                 out.send.push((*a, Msg::Gossip { members }));
