@@ -62,6 +62,14 @@ fn stream(t: &Transport, peer: PeerId, stop: &AtomicBool) -> u64 {
     n
 }
 
+/// Waits until `r` has read `peer`'s last frame (kind `LAST`).
+fn wait_last_frame(r: &Recorder, peer: PeerId) {
+    r.wait_for("the peer's last frame", |ev| {
+        ev.iter()
+            .any(|e| matches!(e, Event::Frame(p, k, _) if *p == peer && *k == LAST))
+    });
+}
+
 /// The numbers of the data frames from `peer`, which must run 0, 1, 2, ...
 fn received_in_order(r: &Recorder, peer: PeerId) -> u64 {
     let mut next = 0u64;
@@ -102,10 +110,7 @@ fn retire_under_traffic(mode: IoMode) {
     let sent_by_b = sb.join().unwrap();
     // a reads b's last frame, then retires with fin: what a sent until
     // then is written before the shutdown.
-    ra.wait_for("b's last frame", |ev| {
-        ev.iter()
-            .any(|e| matches!(e, Event::Frame(p, k, _) if *p == pb && *k == LAST))
-    });
+    wait_last_frame(&ra, pb);
     thread::sleep(Duration::from_millis(20)); // a keeps sending meanwhile
     a.retire(pb, None, true).unwrap();
     stop.store(true, Ordering::Relaxed);
@@ -171,10 +176,7 @@ fn an_idle_connection_retires_and_reserved_kinds_are_refused() {
         b.retiring_to(a.local_addr()),
         "retiring until the peer's EOF"
     );
-    ra.wait_for("the last frame", |ev| {
-        ev.iter()
-            .any(|e| matches!(e, Event::Frame(_, k, _) if *k == LAST))
-    });
+    wait_last_frame(&ra, pb);
     a.retire(pb, None, true).unwrap();
     ra.wait_for("down at a", |ev| !downs(ev).is_empty());
     rb.wait_for("down at b", |ev| !downs(ev).is_empty());
@@ -248,10 +250,7 @@ fn retired_side_keeps_heartbeats(mode: IoMode) {
     wait_until("b up", || b.peers().len() == 1);
     let pa = b.peers()[0].id;
     b.retire(pa, Some((LAST, b"bye")), false).unwrap();
-    ra.wait_for("b's last frame", |ev| {
-        ev.iter()
-            .any(|e| matches!(e, Event::Frame(p, k, _) if *p == pb && *k == LAST))
-    });
+    wait_last_frame(&ra, pb);
     // Far more than the sockets hold, read at 1 ms a frame: about a
     // second to write out, several of a's dead windows.
     let total = 1_000u32;
