@@ -137,11 +137,11 @@ pub use alias::{
 pub use api::demonitor_flush_after;
 pub use api::{
     blocking, call_on, cancel_timer, connect, demonitor, demonitor_flush, disconnect, exit,
-    exit_self, is_alive, link, local, make_ref, monitor, node_name, nodes, process_count,
-    process_info, processes, register, registered, self_exit_reason, self_pid, send, send_after,
-    send_to, sleep, spawn, spawn_link, spawn_link_on, spawn_monitor, spawn_on, spawn_opts,
-    terminate, this_node, trap_exits, try_self_pid, unlink, unregister, whereis, whereis_on,
-    yield_now, Dest, Message, ProcessInfo, SpawnOpts,
+    exit_self, is_alive, link, local, mailbox_len, make_ref, monitor, node_name, nodes,
+    process_count, process_info, process_status, processes, register, registered, self_exit_reason,
+    self_pid, send, send_after, send_to, sleep, spawn, spawn_link, spawn_link_on, spawn_monitor,
+    spawn_on, spawn_opts, terminate, this_node, trap_exits, try_self_pid, unlink, unregister,
+    whereis, whereis_on, yield_now, Dest, Message, ProcessInfo, SpawnOpts,
 };
 pub use channel::{
     bounded, channel, merge_ports, select, select_timeout, MergedPorts, PortClosed, PortId,

@@ -65,14 +65,7 @@ fn study(c: usize) -> Vec<(String, f64)> {
             })
         })
         .collect();
-    // As `wait_all_waiting`: every caller parked with an empty mailbox.
-    for &p in &pids {
-        while !process_info(p)
-            .is_some_and(|i| matches!(i.status, graft::Status::Waiting) && i.mailbox_len == 0)
-        {
-            yield_now();
-        }
-    }
+    graft_benches::wait_all_waiting(&pids);
     let go = Instant::now();
     let deadline = go + WINDOW;
     for &p in &pids {

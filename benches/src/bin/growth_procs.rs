@@ -19,7 +19,7 @@
 //! `GROWTH_N=1000000` (a comma-separated list) picks the ring sizes or the
 //! values of L (for profiling one of them).
 use graft::*;
-use graft_benches::{perf_ctl, report, rss_bytes};
+use graft_benches::{perf_ctl, report, rss_bytes, wait_all_waiting};
 use std::time::Instant;
 
 const HOPS: u64 = 3_000_000;
@@ -37,15 +37,6 @@ impl Message for Stop {}
 #[derive(Debug)]
 struct Stopped;
 impl Message for Stopped {}
-
-/// Erlang's `wait_all_waiting`: each process parked with an empty mailbox.
-fn wait_all_waiting(pids: &[Pid]) {
-    for &p in pids {
-        while process_info(p).is_some_and(|i| i.status != Status::Waiting || i.mailbox_len != 0) {
-            yield_now();
-        }
-    }
-}
 
 /// Erlang's `wait_procs`: until only `base` processes are left.
 fn wait_procs(base: usize) {

@@ -6,7 +6,7 @@
 //! needs root) and reports a clear error otherwise.
 
 use graft::*;
-use graft_benches::{report, rss_bytes};
+use graft_benches::{report, rss_bytes, wait_all_waiting};
 use std::time::Instant;
 
 const N: usize = 1_000_000;
@@ -39,11 +39,7 @@ fn main() {
                 }
             }
         }
-        for &p in &pids {
-            while process_info(p).is_some_and(|i| i.status != Status::Waiting) {
-                yield_now();
-            }
-        }
+        wait_all_waiting(&pids);
         let t1 = Instant::now();
         let rss1 = rss_bytes();
         for &p in &pids {

@@ -3,7 +3,7 @@
 //! `SPAWN_N=<n>` changes the count (for instruction counts under callgrind).
 
 use graft::*;
-use graft_benches::{perf_ctl, report, rss_bytes};
+use graft_benches::{perf_ctl, report, rss_bytes, wait_all_waiting};
 use std::time::Instant;
 
 fn main() {
@@ -27,11 +27,7 @@ fn main() {
             .collect();
         let t1 = Instant::now();
         // Make sure every process has run and is parked in receive.
-        for &p in &pids {
-            while process_info(p).is_some_and(|i| i.status != Status::Waiting) {
-                yield_now();
-            }
-        }
+        wait_all_waiting(&pids);
         let rss1 = rss_bytes();
         perf_ctl("enable");
         let t2 = Instant::now();

@@ -1,4 +1,6 @@
-//! What an operator asks about processes: [`process_info`], [`processes`].
+//! What an operator asks about processes: [`process_info`], [`processes`];
+//! one field alone, as Erlang's `process_info/2` gives it:
+//! [`process_status`], [`mailbox_len`].
 
 use crate::context;
 use crate::pid::Pid;
@@ -74,6 +76,55 @@ pub struct ProcessInfo {
 /// ```
 pub fn process_info(pid: Pid) -> Option<ProcessInfo> {
     crate::observe::info_of(&context::worker()?.node, pid)
+}
+
+/// What `pid` is doing, alone (Erlang's `process_info(Pid, status)`);
+/// `None` if it is not alive on this node. Two loads, no allocation:
+/// for a loop that waits on many processes, where [`process_info`]
+/// would build every field.
+///
+/// ```
+/// use graft::*;
+/// let node = Node::start(NodeConfig::new("127.0.0.1:0")).unwrap();
+/// node.run(|| {
+///     let p = spawn(|| {
+///         expect::<()>();
+///     });
+///     while process_status(p) != Some(Status::Waiting) {
+///         yield_now();
+///     }
+///     send(p, ());
+/// }).unwrap();
+/// ```
+pub fn process_status(pid: Pid) -> Option<Status> {
+    let n = &context::worker()?.node;
+    if !n.is_ours(pid) {
+        return None;
+    }
+    n.table.with(pid.serial(), |p| p.state.status())
+}
+
+/// Messages waiting for `pid` (Erlang's `process_info(Pid,
+/// message_queue_len)`: the same count as [`ProcessInfo::mailbox_len`]);
+/// `None` if it is not alive on this node.
+///
+/// ```
+/// use graft::*;
+/// let node = Node::start(NodeConfig::new("127.0.0.1:0")).unwrap();
+/// node.run(|| {
+///     send(self_pid(), 7u8);
+///     assert_eq!(mailbox_len(self_pid()), Some(1));
+///     assert_eq!(expect::<u8>(), 7);
+///     assert_eq!(mailbox_len(self_pid()), Some(0));
+/// }).unwrap();
+/// ```
+pub fn mailbox_len(pid: Pid) -> Option<usize> {
+    let n = &context::worker()?.node;
+    if !n.is_ours(pid) {
+        return None;
+    }
+    n.table
+        .with(pid.serial(), |p| crate::stats::Acct::queued(p))
 }
 
 /// Every live process on this node, sorted.
