@@ -1,9 +1,11 @@
 //! Loom model of the mailbox push / park / wake protocol
 //! (`process/state.rs`, `process/mailbox.rs`): no lost wake-up, no double
-//! schedule, every message received, also when a batch is pushed at once.
+//! schedule, every message received, also when a batch is pushed at once,
+//! and when the receiver takes a lone message where it lies
+//! (`drain_or_take_lone`).
 #![cfg(loom)]
 
-use graft::__loom::{Mailbox, Parker, ProcState};
+use graft::__loom::{Drained, Mailbox, Parker, ProcState};
 use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::sync::Arc;
 use loom::thread;
@@ -11,19 +13,34 @@ use std::collections::VecDeque;
 
 /// The receiving process, run by its "worker": check the mailbox, suspend,
 /// park; when scheduled, run again. Returns how many times it was parked.
+/// `lone`: drain as a receive does, taking a lone message where it lies
+/// (the private queue `got` is emptied as a receive would have taken it).
 fn receive_all(
     st: &ProcState,
     mb: &Mailbox<u32>,
     run_queue: &Parker,
     scheduled: &AtomicUsize,
     want: usize,
+    lone: bool,
 ) -> usize {
     let mut got = VecDeque::new();
+    let mut taken = Vec::new();
     let mut parks = 0;
     st.start();
     mb.owner_resumed();
     loop {
-        mb.drain_into(&mut got);
+        if lone {
+            taken.extend(got.drain(..));
+            if let Drained::Lone(m) = mb.drain_or_take_lone(&mut got) {
+                taken.push(m);
+            }
+            if taken.len() + got.len() == want {
+                got.extend(taken.drain(..));
+                break;
+            }
+        } else {
+            mb.drain_into(&mut got);
+        }
         if got.len() == want {
             break;
         }
@@ -64,7 +81,7 @@ fn sender(
 
 /// `senders` threads each push one message and wake the receiver, which
 /// takes them all: exactly one schedule per park.
-fn senders_and_receiver(senders: u32) {
+fn senders_and_receiver(senders: u32, lone: bool) {
     let st = Arc::new(ProcState::new());
     let mb = Arc::new(Mailbox::new());
     let rq = Arc::new(Parker::default());
@@ -75,7 +92,7 @@ fn senders_and_receiver(senders: u32) {
             thread::spawn(move || sender(st, mb, rq, sc, m))
         })
         .collect();
-    let parks = receive_all(&st, &mb, &rq, &sc, senders as usize);
+    let parks = receive_all(&st, &mb, &rq, &sc, senders as usize, lone);
     for t in ts {
         t.join().unwrap();
     }
@@ -84,12 +101,25 @@ fn senders_and_receiver(senders: u32) {
 
 #[test]
 fn one_sender_no_lost_wakeup() {
-    loom::model(|| senders_and_receiver(1));
+    loom::model(|| senders_and_receiver(1, false));
 }
 
 #[test]
 fn two_senders_no_double_schedule() {
-    loom::model(|| senders_and_receiver(2));
+    loom::model(|| senders_and_receiver(2, false));
+}
+
+/// The receive's drain, which hands a lone message over instead of
+/// queuing it, keeps the protocol: its lock-free check and flags are the
+/// same as `drain_into`'s.
+#[test]
+fn lone_message_taken_no_lost_wakeup() {
+    loom::model(|| senders_and_receiver(1, true));
+}
+
+#[test]
+fn lone_message_taken_two_senders() {
+    loom::model(|| senders_and_receiver(2, true));
 }
 
 #[test]
@@ -145,7 +175,7 @@ fn a_batch_and_a_single_sender() {
             let (st, mb, rq, sc) = (st.clone(), mb.clone(), rq.clone(), sc.clone());
             thread::spawn(move || sender(st, mb, rq, sc, 2))
         };
-        let parks = receive_all(&st, &mb, &rq, &sc, 3);
+        let parks = receive_all(&st, &mb, &rq, &sc, 3, false);
         batch.join().unwrap();
         single.join().unwrap();
         assert_eq!(sc.load(Ordering::SeqCst), parks, "one schedule per park");

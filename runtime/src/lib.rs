@@ -182,7 +182,7 @@ pub mod clause {
 /// `graft-loom-tests`. Not part of the API.
 #[doc(hidden)]
 pub mod __loom {
-    pub use crate::process::mailbox::Mailbox;
+    pub use crate::process::mailbox::{Drained, Mailbox};
     pub use crate::process::state::ProcState;
     pub use crate::sched::idle::{Idle, Parker, Quiet};
     pub use crate::sched::run_queue::Slot;

@@ -730,6 +730,39 @@ impl Process {
         }
     }
 
+    /// [`Process::drain`], except that one plain message that came alone
+    /// to an empty private queue is handed back instead of queued
+    /// ([`Mailbox::drain_or_take_lone`]); it counts as received. Signals
+    /// and flagged mail take the full drain.
+    ///
+    /// # Safety
+    ///
+    /// As for [`Process::local`]: called by the running process itself.
+    #[inline]
+    pub(crate) unsafe fn drain_or_take_lone(&self) -> Option<Mail> {
+        // SAFETY: the caller is the running process (our precondition).
+        let local = unsafe { self.local() };
+        if self.has_signal.load(Ordering::Relaxed) || !local.saved.is_empty() {
+            // SAFETY: as above.
+            unsafe { self.drain() };
+            return None;
+        }
+        match self.mailbox.drain_or_take_lone(&mut local.saved) {
+            mailbox::Drained::Lone(m) => {
+                local.received += 1;
+                Some(m)
+            }
+            mailbox::Drained::Moved(n, flagged) => {
+                local.received += n as u64;
+                if flagged {
+                    // SAFETY: as above.
+                    unsafe { self.handle_flagged(0) };
+                }
+                None
+            }
+        }
+    }
+
     /// A signal was flagged, or the process is doomed: a doomed process
     /// (one that acted on an exit signal and caught the unwind) unwinds
     /// again with that reason; otherwise the flag is cleared for the drain.

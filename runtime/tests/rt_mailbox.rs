@@ -19,6 +19,43 @@ rt_test! {
         assert_eq!(nums, [0, 1, 2, 3, 4]);
     }
 
+    // A message that came alone to an empty private queue is matched where
+    // it lies; one no clause takes stays the oldest, in front of mail that
+    // a guard's own receive moved meanwhile, and a later one is found.
+    fn a_lone_message_not_taken_stays_oldest() {
+        let me = self_pid();
+        send(me, 5u64);
+        let once = std::cell::Cell::new(true);
+        let got = receive()
+            .when(
+                |_: &u64| {
+                    // A guard that sends and receives (once): the drain it
+                    // causes moves 7 into the private queue behind 5.
+                    if once.replace(false) {
+                        send(self_pid(), 7u32);
+                        send(self_pid(), 8u16);
+                        assert_eq!(receive().on(|x: u16| x).timeout(Duration::ZERO), Some(8));
+                    }
+                    false
+                },
+                |_| 0,
+            )
+            .on(|x: u32| x)
+            .timeout(Duration::from_secs(1));
+        assert_eq!(got, Some(7));
+        // 5 is the oldest left.
+        let oldest = receive().any(|u: Unknown| u.downcast::<u64>().ok()).timeout(Duration::ZERO);
+        assert_eq!(oldest, Some(Some(5)));
+        // Alone again, taken at once; then one that only a later message
+        // satisfies, the first staying.
+        send(me, 1u8);
+        assert_eq!(expect::<u8>(), 1);
+        send(me, 2u8);
+        spawn(move || send(me, 3u32));
+        assert_eq!(expect::<u32>(), 3);
+        assert_eq!(expect::<u8>(), 2);
+    }
+
     fn guards_pick_and_skip() {
         let me = self_pid();
         for i in 0..10u32 {

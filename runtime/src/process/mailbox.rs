@@ -32,6 +32,16 @@ pub struct Mailbox<M> {
     fresh: AtomicBool,
 }
 
+/// What [`Mailbox::drain_or_take_lone`] did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Drained<M> {
+    /// The one item that waited, unflagged, with `out` empty: handed over.
+    Lone(M),
+    /// Items moved to the back of `out`: how many, and whether any was
+    /// pushed flagged.
+    Moved(usize, bool),
+}
+
 #[derive(Debug)]
 struct Inner<M> {
     /// The oldest item, when it came to an empty mailbox: most mailboxes
@@ -142,6 +152,35 @@ impl<M> Mailbox<M> {
             return (0, false);
         }
         let mut inner = self.inner.lock();
+        self.drain_locked(&mut inner, out)
+    }
+
+    /// As [`Mailbox::drain_into`], except that when `out` is empty and one
+    /// unflagged item waits alone, that item is handed back instead of
+    /// queued: a receive can match it where it lies. (A ring hop or a
+    /// call's reply then touches no line of the private queue's buffer,
+    /// and a process that receives once never allocates one.)
+    #[inline]
+    pub fn drain_or_take_lone(&self, out: &mut VecDeque<M>) -> Drained<M> {
+        if !self.fresh.load(Ordering::Relaxed) && !self.nonempty.load(Ordering::Acquire) {
+            return Drained::Moved(0, false);
+        }
+        let mut inner = self.inner.lock();
+        if out.is_empty() && inner.queue.is_empty() && !inner.flagged {
+            if let Some(m) = inner.first.take() {
+                self.fresh.store(false, Ordering::Relaxed);
+                self.nonempty.store(false, Ordering::Relaxed);
+                return Drained::Lone(m);
+            }
+        }
+        let (n, flagged) = self.drain_locked(&mut inner, out);
+        Drained::Moved(n, flagged)
+    }
+
+    /// The body of a drain, under the lock: clears the flags the owner's
+    /// lock-free check reads (see `nonempty`), then moves everything.
+    #[inline(always)]
+    fn drain_locked(&self, inner: &mut Inner<M>, out: &mut VecDeque<M>) -> (usize, bool) {
         self.fresh.store(false, Ordering::Relaxed);
         self.nonempty.store(false, Ordering::Relaxed);
         let n = inner.len();
@@ -225,6 +264,37 @@ mod tests {
         let mut late = vec![6];
         assert_eq!(m.push_many_within(&mut late, usize::MAX), None);
         assert_eq!(late, [6]);
+    }
+
+    /// A lone unflagged item is handed over only while the private queue
+    /// is empty; otherwise, or with more waiting, or flagged, the drain
+    /// moves everything as `drain_into` does.
+    #[test]
+    fn a_lone_item_is_handed_over_only_into_an_empty_private_queue() {
+        let m = Mailbox::new();
+        let mut out = VecDeque::new();
+        assert_eq!(m.drain_or_take_lone(&mut out), Drained::Moved(0, false));
+        m.push(1).unwrap();
+        assert_eq!(m.drain_or_take_lone(&mut out), Drained::Lone(1));
+        assert!(out.is_empty() && m.is_empty());
+        // Two waiting: both move, in order.
+        m.push(2).unwrap();
+        m.push(3).unwrap();
+        assert_eq!(m.drain_or_take_lone(&mut out), Drained::Moved(2, false));
+        assert_eq!(out, [2, 3]);
+        // One waiting, but the private queue holds older mail: it queues
+        // behind it.
+        m.push(4).unwrap();
+        assert_eq!(m.drain_or_take_lone(&mut out), Drained::Moved(1, false));
+        assert_eq!(out, [2, 3, 4]);
+        // A flagged one needs the owner's attention: it is moved.
+        out.clear();
+        m.push_flagged(5, true).unwrap();
+        assert_eq!(m.drain_or_take_lone(&mut out), Drained::Moved(1, true));
+        assert_eq!(out, [5]);
+        // Nothing came since: the lock-free check answers.
+        out.clear();
+        assert_eq!(m.drain_or_take_lone(&mut out), Drained::Moved(0, false));
     }
 
     /// Order holds across the inline first item, the queue behind it, a

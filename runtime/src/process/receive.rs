@@ -412,8 +412,21 @@ fn receive_until<R, C: Clauses<R>>(
     let mut scanned = usize::MAX;
     let mut timer = None;
     let found = loop {
+        // The common case: nothing waits in the private queue and one
+        // message came. It is matched where it lies (no line of the queue's
+        // buffer touched); it came after any mark, since all mail before it
+        // was taken. Otherwise this is the full drain.
         // SAFETY: `me` is the running process.
-        unsafe { me.drain() };
+        if let Some(mut m) = unsafe { me.drain_or_take_lone() } {
+            // No reference into `local` lives while guards run user code.
+            if let Some(i) = clauses.find(&mut m) {
+                break Some((i, m));
+            }
+            // SAFETY: as above. It is older than whatever guards received
+            // meanwhile, so it goes in front, and it has been looked at.
+            unsafe { me.local() }.saved.push_front(m);
+            scanned = 1;
+        }
         if scanned == usize::MAX {
             scanned = if after == Mark::START {
                 0
