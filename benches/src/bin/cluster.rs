@@ -24,6 +24,11 @@
 //! (`Topology::Partial`; the metric names then end in `_partial`); the
 //! default is the full mesh. With the overlay, "sees" means membership
 //! (`Node::nodes`) and the connections are what each node holds.
+//! `GRAFT_CLUSTER_HEARTBEAT_MS=2000` gives the nodes that heartbeat tick
+//! (`NodeConfig::heartbeat`; the names then end in `_hb2000`): on this
+//! two-core VM an idle 1,000-node cluster's heartbeats alone take about one
+//! core at the default 1 s (see "the heartbeat's cost at a thousand nodes"
+//! in `docs/decisions.md`).
 //!
 //! The parent re-executes itself as `cluster --host K --nodes M --seeds
 //! ADDR,... --n N`: each host starts M nodes, prints `started <unix ms>`
@@ -100,13 +105,20 @@ fn partial() -> bool {
     std::env::var("GRAFT_CLUSTER_TOPOLOGY").is_ok_and(|v| v == "partial")
 }
 
-/// The metric's name: `what_nN`, `_partial` added on the overlay.
+/// The heartbeat tick asked for with `GRAFT_CLUSTER_HEARTBEAT_MS` (the
+/// node's default, 1 s, otherwise).
+fn heartbeat_ms() -> Option<u64> {
+    std::env::var("GRAFT_CLUSTER_HEARTBEAT_MS")
+        .ok()
+        .map(|ms| ms.parse().expect("GRAFT_CLUSTER_HEARTBEAT_MS: milliseconds"))
+}
+
+/// The metric's name: `what_nN`, `_partial` added on the overlay, and
+/// `_hbMS` with a heartbeat tick other than the default.
 fn metric(what: &str, n: usize) -> String {
-    if partial() {
-        format!("{what}_n{n}_partial")
-    } else {
-        format!("{what}_n{n}")
-    }
+    let topology = if partial() { "_partial" } else { "" };
+    let tick = heartbeat_ms().map_or_else(String::new, |ms| format!("_hb{ms}"));
+    format!("{what}_n{n}{topology}{tick}")
 }
 
 fn run(n: usize) {
@@ -287,6 +299,10 @@ fn host(args: &[String]) {
             .default_logger(std::env::var_os("GRAFT_CLUSTER_LOG").is_some())
             .discovery(StaticSeeds::parse(seeds.iter().copied()).expect("the seeds"))
             .discovery_interval(Duration::from_millis(100));
+        let c = match heartbeat_ms() {
+            Some(ms) => c.heartbeat(Duration::from_millis(ms)),
+            None => c,
+        };
         if partial() {
             c.topology(graft::Topology::Partial)
                 .max_pending_per_address(1024)
