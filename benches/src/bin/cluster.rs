@@ -108,9 +108,10 @@ fn partial() -> bool {
 /// The heartbeat tick asked for with `GRAFT_CLUSTER_HEARTBEAT_MS` (the
 /// node's default, 1 s, otherwise).
 fn heartbeat_ms() -> Option<u64> {
-    std::env::var("GRAFT_CLUSTER_HEARTBEAT_MS")
-        .ok()
-        .map(|ms| ms.parse().expect("GRAFT_CLUSTER_HEARTBEAT_MS: milliseconds"))
+    std::env::var("GRAFT_CLUSTER_HEARTBEAT_MS").ok().map(|ms| {
+        ms.parse()
+            .expect("GRAFT_CLUSTER_HEARTBEAT_MS: milliseconds")
+    })
 }
 
 /// The metric's name: `what_nN`, `_partial` added on the overlay, and
