@@ -15,7 +15,18 @@
 //! study runs with 300 k more parked): a million and a third graft processes
 //! would hold more memory than this shared machine can spare.
 //!
-//! `GROWTH_ONLY=ring` or `GROWTH_ONLY=spawn` runs one study;
+//! * `growth_timers.{ready_ms,all_timed_out_ms,last_late_ms,fire_spread_ms,cpu_wait_pct,cpu_wait_s,cpu_fire_s,cpu_total_s}`:
+//!   as `growth:study(timers)`, 100,000 processes each tell the main
+//!   process they are ready and wait in a receive that nothing matches,
+//!   with a 1 s timeout, then tell it they timed out. `ready_ms`: all
+//!   ready; `all_timed_out_ms`: all timed out (both from the first spawn);
+//!   `last_late_ms`: how far past 1 s after "all ready" the last one came;
+//!   `fire_spread_ms`: from the first timeout heard to the last; the CPU
+//!   (this OS process's, from `/proc/self/stat` as Erlang's study reads
+//!   it) while they wait (`cpu_wait_s`, and in percent of the wait), while
+//!   they fire, and in all.
+//!
+//! `GROWTH_ONLY=ring`, `GROWTH_ONLY=spawn` or `GROWTH_ONLY=timers` runs one study;
 //! `GROWTH_N=1000000` (a comma-separated list) picks the ring sizes or the
 //! values of L (for profiling one of them).
 use graft::*;
@@ -134,6 +145,75 @@ fn spawn_study(main: Pid, l: usize) {
     }
 }
 
+/// `ready`, `timed_out` and `never` of the timers study.
+#[derive(Debug)]
+struct Ready;
+impl Message for Ready {}
+#[derive(Debug)]
+struct TimedOut;
+impl Message for TimedOut {}
+#[derive(Debug)]
+struct Never;
+impl Message for Never {}
+
+/// CPU seconds of this OS process, as `growth.erl`'s `cpu_seconds` reads
+/// them (user and system clock ticks of `/proc/self/stat`).
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<f64> = rest
+        .split_whitespace()
+        .map(|x| x.parse().unwrap_or(0.0))
+        .collect();
+    // After the command name: field 12 and 13 are utime and stime.
+    (f.get(11).copied().unwrap_or(0.0) + f.get(12).copied().unwrap_or(0.0)) / 100.0
+}
+
+fn timers_study(main: Pid) {
+    const N: usize = 100_000;
+    let base = process_count();
+    let c0 = cpu_seconds();
+    let t0 = Instant::now();
+    for _ in 0..N {
+        spawn(move || {
+            send(main, Ready);
+            let fired = receive()
+                .on(|_: Never| ())
+                .timeout(std::time::Duration::from_secs(1))
+                .is_none();
+            if fired {
+                send(main, TimedOut);
+            }
+        });
+    }
+    for _ in 0..N {
+        expect::<Ready>();
+    }
+    let (tr, cr) = (Instant::now(), cpu_seconds());
+    expect::<TimedOut>();
+    let (tf, cf) = (Instant::now(), cpu_seconds());
+    for _ in 1..N {
+        expect::<TimedOut>();
+    }
+    let (tl, cl) = (Instant::now(), cpu_seconds());
+    let ms = |a: Instant, b: Instant| (b - a).as_secs_f64() * 1e3;
+    let b = "growth_timers";
+    report(b, "ready_ms", "ms", ms(t0, tr));
+    report(b, "all_timed_out_ms", "ms", ms(t0, tl));
+    report(b, "last_late_ms", "ms", ms(tr, tl) - 1000.0);
+    report(b, "fire_spread_ms", "ms", ms(tf, tl));
+    report(
+        b,
+        "cpu_wait_pct",
+        "%",
+        100.0 * (cf - cr) / (tf - tr).as_secs_f64(),
+    );
+    report(b, "cpu_wait_s", "s", cf - cr);
+    report(b, "cpu_fire_s", "s", cl - cf);
+    report(b, "cpu_total_s", "s", cl - c0);
+    wait_procs(base);
+}
+
 fn main() {
     env_logger::init();
     let only = std::env::var("GROWTH_ONLY").unwrap_or_default();
@@ -160,6 +240,9 @@ fn main() {
             for l in pick(&[0, 100_000, 1_000_000]) {
                 spawn_study(main, l);
             }
+        }
+        if only.is_empty() || only == "timers" {
+            timers_study(main);
         }
     })
     .expect("bench");
