@@ -26,9 +26,9 @@
 //! (`Node::nodes`) and the connections are what each node holds.
 //! `GRAFT_CLUSTER_HEARTBEAT_MS=2000` gives the nodes that heartbeat tick
 //! (`NodeConfig::heartbeat`; the names then end in `_hb2000`): on this
-//! two-core VM an idle 1,000-node cluster's heartbeats alone take about one
-//! core at the default 1 s (see "the heartbeat's cost at a thousand nodes"
-//! in `docs/decisions.md`).
+//! two-core VM an idle 1,000-node cluster takes about one core, half of it
+//! heartbeats at the default 1 s tick (see "What an idle overlay costs" in
+//! `docs/decisions.md`).
 //!
 //! The parent re-executes itself as `cluster --host K --nodes M --seeds
 //! ADDR,... --n N`: each host starts M nodes, prints `started <unix ms>`
