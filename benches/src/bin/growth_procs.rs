@@ -165,7 +165,7 @@ fn cpu_seconds() -> f64 {
         .split_whitespace()
         .map(|x| x.parse().unwrap_or(0.0))
         .collect();
-    // After the command name: field 12 and 13 are utime and stime.
+    // The 12th and 13th fields after the command name: utime, stime.
     (f.get(11).copied().unwrap_or(0.0) + f.get(12).copied().unwrap_or(0.0)) / 100.0
 }
 
