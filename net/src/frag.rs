@@ -230,13 +230,13 @@ impl Reassembly {
         Ok(Some((part.kind, part.flags, part.data)))
     }
 
-    /// An error if some message in progress got no fragment for `limit`.
     /// When the reassembly that went longest without a fragment reaches
     /// `limit` (none in progress: `None`).
     pub(crate) fn stall_due(&self, limit: Duration) -> Option<Instant> {
         self.partials.values().map(|p| p.last + limit).min()
     }
 
+    /// An error if some message in progress got no fragment for `limit`.
     pub(crate) fn check_stalled(&self, now: Instant, limit: Duration) -> Result<(), NetError> {
         for (id, p) in &self.partials {
             let idle = now.saturating_duration_since(p.last);
