@@ -669,19 +669,15 @@ impl NodeShared {
         pid: Pid,
         f: impl FnOnce(&mut crate::process::Meta),
     ) -> bool {
-        if !self.is_ours(pid) {
-            return false;
-        }
-        self.table
-            .with(pid.serial(), |t| {
-                let mut m = t.meta.lock();
-                if m.exited {
-                    return false;
-                }
-                f(&mut m);
-                true
-            })
-            .unwrap_or(false)
+        self.with_local(pid, |t| {
+            let mut m = t.meta.lock();
+            if m.exited {
+                return false;
+            }
+            f(&mut m);
+            true
+        })
+        .unwrap_or(false)
     }
 
     /// Removes monitor `r` from the watchers of local process `target`.
@@ -709,6 +705,16 @@ impl NodeShared {
     /// Removes `other` from the links of local process `pid`.
     pub(crate) fn unlink_local(&self, pid: Pid, other: Pid) {
         self.with_live_meta(pid, |m| m.links.retain(|p| *p != other));
+    }
+
+    /// Runs `f` on the live process `pid` names on this node (none: not of
+    /// this node or incarnation, or gone), without taking a reference.
+    #[inline]
+    pub(crate) fn with_local<R>(&self, pid: Pid, f: impl FnOnce(&Arc<Process>) -> R) -> Option<R> {
+        if !self.is_ours(pid) {
+            return None;
+        }
+        self.table.with(pid.serial(), f)
     }
 
     /// The live process `pid` names on this node.

@@ -241,25 +241,21 @@ pub(crate) fn trace_sent(to: Pid, what: &str) {
 /// ```
 pub fn trace(pid: Pid, on: bool) -> bool {
     let Ok(n) = current_node() else { return false };
-    if !n.is_ours(pid) {
-        return false;
-    }
-    n.table
-        .with(pid.serial(), |p| {
-            let was = p.acct.traced.swap(on, Relaxed);
-            match (was, on) {
-                (false, true) => {
-                    TRACED.fetch_add(1, Relaxed);
-                    p.attend(crate::process::ATTEND_TRACED);
-                }
-                (true, false) => {
-                    TRACED.fetch_sub(1, Relaxed);
-                    p.unattend(crate::process::ATTEND_TRACED);
-                }
-                _ => {}
+    n.with_local(pid, |p| {
+        let was = p.acct.traced.swap(on, Relaxed);
+        match (was, on) {
+            (false, true) => {
+                TRACED.fetch_add(1, Relaxed);
+                p.attend(crate::process::ATTEND_TRACED);
             }
-        })
-        .is_some()
+            (true, false) => {
+                TRACED.fetch_sub(1, Relaxed);
+                p.unattend(crate::process::ATTEND_TRACED);
+            }
+            _ => {}
+        }
+    })
+    .is_some()
 }
 
 /// A process ended: if traced (or doomed, or limited) it no longer counts.

@@ -97,11 +97,9 @@ pub fn process_info(pid: Pid) -> Option<ProcessInfo> {
 /// }).unwrap();
 /// ```
 pub fn process_status(pid: Pid) -> Option<Status> {
-    let n = &context::worker()?.node;
-    if !n.is_ours(pid) {
-        return None;
-    }
-    n.table.with(pid.serial(), |p| p.state.status())
+    context::worker()?
+        .node
+        .with_local(pid, |p| p.state.status())
 }
 
 /// Messages waiting for `pid` (Erlang's `process_info(Pid,
@@ -119,12 +117,9 @@ pub fn process_status(pid: Pid) -> Option<Status> {
 /// }).unwrap();
 /// ```
 pub fn mailbox_len(pid: Pid) -> Option<usize> {
-    let n = &context::worker()?.node;
-    if !n.is_ours(pid) {
-        return None;
-    }
-    n.table
-        .with(pid.serial(), |p| crate::stats::Acct::queued(p))
+    context::worker()?
+        .node
+        .with_local(pid, |p| crate::stats::Acct::queued(p))
 }
 
 /// Every live process on this node, sorted.
