@@ -709,25 +709,8 @@ impl Process {
     /// As for [`Process::local`]: called by the running process itself.
     #[inline]
     pub(crate) unsafe fn drain(&self) {
-        let signalled = self.has_signal.load(Ordering::Relaxed);
-        if signalled {
-            // SAFETY: the caller is the running process (our precondition).
-            unsafe { self.signal_pending() };
-        }
-        // SAFETY: the caller is the running process (our precondition).
-        let local = unsafe { self.local() };
-        let start = local.saved.len();
-        let (n, flagged) = self.mailbox.drain_into(&mut local.saved);
-        local.received += n as u64;
-        if flagged {
-            // SAFETY: as above.
-            unsafe { self.handle_flagged(start) };
-        }
-        if signalled {
-            // SAFETY: as above.
-            let queued = unsafe { self.local() }.saved.len();
-            self.after_flagged_drain(queued);
-        }
+        // SAFETY: our precondition.
+        unsafe { self.drain_or_take(false) };
     }
 
     /// [`Process::drain`], except that one plain message that came alone
@@ -740,27 +723,48 @@ impl Process {
     /// As for [`Process::local`]: called by the running process itself.
     #[inline]
     pub(crate) unsafe fn drain_or_take_lone(&self) -> Option<Mail> {
+        // SAFETY: our precondition.
+        unsafe { self.drain_or_take(true) }
+    }
+
+    /// The two drains; `lone` asks for [`Process::drain_or_take_lone`]
+    /// (a constant where either is inlined).
+    ///
+    /// # Safety
+    ///
+    /// As for [`Process::local`]: called by the running process itself.
+    #[inline(always)]
+    unsafe fn drain_or_take(&self, lone: bool) -> Option<Mail> {
+        let signalled = self.has_signal.load(Ordering::Relaxed);
+        if signalled {
+            // SAFETY: the caller is the running process (our precondition).
+            unsafe { self.signal_pending() };
+        }
         // SAFETY: the caller is the running process (our precondition).
         let local = unsafe { self.local() };
-        if self.has_signal.load(Ordering::Relaxed) || !local.saved.is_empty() {
-            // SAFETY: as above.
-            unsafe { self.drain() };
-            return None;
-        }
-        match self.mailbox.drain_or_take_lone(&mut local.saved) {
-            mailbox::Drained::Lone(m) => {
-                local.received += 1;
-                Some(m)
-            }
-            mailbox::Drained::Moved(n, flagged) => {
-                local.received += n as u64;
-                if flagged {
-                    // SAFETY: as above.
-                    unsafe { self.handle_flagged(0) };
+        let start = local.saved.len();
+        let (n, flagged) = if lone && !signalled && start == 0 {
+            match self.mailbox.drain_or_take_lone(&mut local.saved) {
+                mailbox::Drained::Lone(m) => {
+                    local.received += 1;
+                    return Some(m);
                 }
-                None
+                mailbox::Drained::Moved(n, flagged) => (n, flagged),
             }
+        } else {
+            self.mailbox.drain_into(&mut local.saved)
+        };
+        local.received += n as u64;
+        if flagged {
+            // SAFETY: as above.
+            unsafe { self.handle_flagged(start) };
         }
+        if signalled {
+            // SAFETY: as above.
+            let queued = unsafe { self.local() }.saved.len();
+            self.after_flagged_drain(queued);
+        }
+        None
     }
 
     /// A signal was flagged, or the process is doomed: a doomed process
