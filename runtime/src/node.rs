@@ -720,10 +720,7 @@ impl NodeShared {
     /// The live process `pid` names on this node.
     #[inline]
     pub(crate) fn local_process(&self, pid: Pid) -> Option<Arc<Process>> {
-        if !self.is_ours(pid) {
-            return None;
-        }
-        self.table.get(pid.serial())
+        self.with_local(pid, Arc::clone)
     }
 
     /// Wakes a parked process of this node by pid (timers).
