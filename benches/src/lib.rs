@@ -4,7 +4,7 @@ mod placement;
 pub use placement::core_to_core_ns;
 
 /// Erlang's `wait_all_waiting`: until each of `pids` is parked in a
-/// receive with an empty mailbox, or gone. Two loads a poll, as Erlang's
+/// receive with an empty mailbox, or gone. A table lookup a field, as Erlang's
 /// `process_info(P, status)` (a full [`graft::process_info`] would time
 /// the poll, not the processes).
 pub fn wait_all_waiting(pids: &[graft::Pid]) {

@@ -79,7 +79,7 @@ pub fn process_info(pid: Pid) -> Option<ProcessInfo> {
 }
 
 /// What `pid` is doing, alone (Erlang's `process_info(Pid, status)`);
-/// `None` if it is not alive on this node. Two loads, no allocation:
+/// `None` if it is not alive on this node. One table lookup, no allocation:
 /// for a loop that waits on many processes, where [`process_info`]
 /// would build every field.
 ///
