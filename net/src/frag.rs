@@ -399,4 +399,27 @@ mod tests {
         let m = protocol(r.check_stalled(t0 + Duration::from_secs(2), Duration::from_secs(1)));
         assert!(m.contains("stalled"), "{m}");
     }
+
+    /// The scan's due time for reassemblies (`IoConn::scan_due`): the
+    /// message that went longest without a fragment, at the moment
+    /// `check_stalled` starts failing it; none while nothing is in progress.
+    #[test]
+    fn the_stall_is_due_when_the_oldest_fragment_ages_out() {
+        let (t0, limit) = (Instant::now(), Duration::from_secs(1));
+        let mut r = Reassembly::new(1 << 20);
+        assert_eq!(r.stall_due(limit), None);
+        r.begin(&begin(1, 100, 16, 0, &[1]), t0).unwrap();
+        r.begin(&begin(2, 100, 16, 0, &[1]), t0 + Duration::from_millis(300))
+            .unwrap();
+        // A fragment of 1 later: 2 is now the one that waited longest.
+        assert!(r
+            .more(&more(1, &[2]), t0 + Duration::from_millis(500))
+            .unwrap()
+            .is_none());
+        let due = r.stall_due(limit).expect("two in progress");
+        assert_eq!(due, t0 + Duration::from_millis(1300));
+        r.check_stalled(due - Duration::from_millis(1), limit)
+            .unwrap();
+        protocol(r.check_stalled(due, limit));
+    }
 }
