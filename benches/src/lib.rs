@@ -65,6 +65,23 @@ pub fn perf_ctl(cmd: &str) {
     }
 }
 
+/// utime + stime of this process, in seconds, from `/proc/self/stat`'s
+/// clock ticks (10 ms), as `growth.erl`'s `cpu_seconds` reads them.
+///
+/// ```
+/// assert!(graft_benches::cpu_seconds() >= 0.0);
+/// ```
+pub fn cpu_seconds() -> f64 {
+    let s = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the command name (which is in parentheses).
+    let rest = s.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // utime and stime are fields 14 and 15 (1-based), i.e. 11 and 12 here;
+    // USER_HZ is 100 on Linux.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
 /// Resident set size of this process, from `/proc/self/status`.
 pub fn rss_bytes() -> i64 {
     let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();

@@ -30,7 +30,7 @@
 //! `GROWTH_N=1000000` (a comma-separated list) picks the ring sizes or the
 //! values of L (for profiling one of them).
 use graft::*;
-use graft_benches::{perf_ctl, report, rss_bytes, wait_all_waiting};
+use graft_benches::{cpu_seconds, perf_ctl, report, rss_bytes, wait_all_waiting};
 use std::time::Instant;
 
 const HOPS: u64 = 3_000_000;
@@ -155,19 +155,6 @@ impl Message for TimedOut {}
 #[derive(Debug)]
 struct Never;
 impl Message for Never {}
-
-/// CPU seconds of this OS process, as `growth.erl`'s `cpu_seconds` reads
-/// them (user and system clock ticks of `/proc/self/stat`).
-fn cpu_seconds() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let f: Vec<f64> = rest
-        .split_whitespace()
-        .map(|x| x.parse().unwrap_or(0.0))
-        .collect();
-    // The 12th and 13th fields after the command name: utime, stime.
-    (f.get(11).copied().unwrap_or(0.0) + f.get(12).copied().unwrap_or(0.0)) / 100.0
-}
 
 fn timers_study(main: Pid) {
     const N: usize = 100_000;

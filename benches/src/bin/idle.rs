@@ -6,21 +6,8 @@
 //! thread on stderr).
 
 use graft::*;
-use graft_benches::report;
+use graft_benches::{cpu_seconds, report};
 use std::time::{Duration, Instant};
-
-/// utime + stime of this process, in seconds (from /proc/self/stat).
-fn cpu_seconds() -> f64 {
-    let s = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    // Fields after the command name (which is in parentheses).
-    let rest = s.rsplit_once(')').map_or("", |(_, r)| r);
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-    // utime and stime are fields 14 and 15 (1-based), i.e. 11 and 12 here.
-    // USER_HZ is 100 on Linux.
-    let hz = 100.0;
-    (ticks(11) + ticks(12)) / hz
-}
 
 /// Context switches (voluntary and not) of each thread of this process,
 /// by thread name.
