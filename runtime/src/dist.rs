@@ -397,6 +397,8 @@ pub(crate) struct Dist {
     pub(crate) mon: crate::netmon::NetMon,
     /// Frames received, by kind (deliver, ctl, alias, request): for tests.
     pub(crate) frames_in: [AtomicU64; 4],
+    /// Peer lists (`Ctl::Peers`) received: for tests.
+    pub(crate) peer_lists: AtomicU64,
 }
 
 impl Dist {
@@ -408,6 +410,7 @@ impl Dist {
             next_req: AtomicU64::new(1),
             mon: Default::default(),
             frames_in: Default::default(),
+            peer_lists: AtomicU64::new(0),
         }
     }
 
@@ -1064,13 +1067,18 @@ impl Handler for NetHandler {
             t.disconnect(peer.id);
             return;
         }
-        let others: Vec<String> = n
-            .dist
-            .peers
-            .read()
-            .values()
-            .map(|p| p.info.listen_addr.to_string())
-            .collect();
+        // The full mesh tells a new peer of every node this one holds, so
+        // that each connects to all. The partial overlay keeps its own
+        // membership and connects to few: the list would only be sent,
+        // read and thrown away, at every connection that comes up (tens of
+        // thousands while a thousand nodes form).
+        let others: Vec<String> = if n.dist.mon.overlay().is_none() {
+            (n.dist.peers.read().values())
+                .map(|p| p.info.listen_addr.to_string())
+                .collect()
+        } else {
+            Vec::new()
+        };
         n.dist.mon.peer_up(&n, id, peer, |held| {
             let p = Peer {
                 info: peer.clone(),
@@ -1344,6 +1352,12 @@ fn on_ctl(n: &std::sync::Arc<NodeShared>, peer: &PeerInfo, from: NodeId, c: Ctl)
         Ctl::IdleClose => n.dist.accept_idle_close(from, peer.id),
         Ctl::IdleCloseOk => n.dist.idle_close_agreed(from, peer.id),
         Ctl::Peers { addrs } => {
+            n.dist.peer_lists.fetch_add(1, Ordering::Relaxed);
+            // The partial overlay connects to whom its views say, not to
+            // every node it hears of (and its peers send no lists).
+            if n.dist.mon.overlay().is_some() {
+                return;
+            }
             for a in addrs {
                 if let Ok(addr) = a.parse::<SocketAddr>() {
                     let _ = n.commands.send(NodeCommand::Connect(addr));
@@ -1572,6 +1586,45 @@ pub(crate) mod tests {
         });
         a.shutdown();
         b.shutdown();
+    }
+
+    /// A full-mesh node tells each new peer of the nodes it holds, and
+    /// the peer connects to them; partial-overlay nodes send no such list
+    /// (their overlay decides whom to connect to).
+    #[test]
+    fn peer_lists_go_out_on_the_full_mesh_only() {
+        use std::sync::atomic::Ordering::Relaxed;
+        let lists = |ns: &[&Node]| -> u64 {
+            ns.iter()
+                .map(|x| x.shared().dist.peer_lists.load(Relaxed))
+                .sum()
+        };
+        let mesh = || NodeConfig::new("127.0.0.1:0").default_logger(false);
+        let (a, b, c) = (
+            Node::start(mesh()).unwrap(),
+            Node::start(mesh()).unwrap(),
+            Node::start(mesh()).unwrap(),
+        );
+        a.connect(b.addr()).unwrap();
+        c.connect(a.addr()).unwrap();
+        eventually("c meets b through a's list", || c.nodes().contains(&b.id()));
+        assert!(lists(&[&a, &b, &c]) > 0);
+
+        let partial = || mesh().topology(crate::Topology::Partial);
+        let (p, q, r) = (
+            Node::start(partial()).unwrap(),
+            Node::start(partial()).unwrap(),
+            Node::start(partial()).unwrap(),
+        );
+        p.connect(q.addr()).unwrap();
+        r.connect(p.addr()).unwrap();
+        eventually("one overlay", || {
+            [&p, &q, &r].iter().all(|x| x.node_count() == 2)
+        });
+        assert_eq!(lists(&[&p, &q, &r]), 0, "no peer list in the overlay");
+        for x in [a, b, c, p, q, r] {
+            x.shutdown();
+        }
     }
 
     /// Waits (bounded) until `f` holds.

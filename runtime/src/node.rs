@@ -1426,16 +1426,16 @@ fn join_mesh(node: &NodeShared, addr: SocketAddr) {
 /// Whether a mesh connect to `addr` should start: not connected there, not
 /// stopping, and no connect to it already under way (which it then is).
 fn should_join(node: &NodeShared, addr: SocketAddr) -> bool {
+    // The partial overlay never connects to every node it hears of.
+    if node.dist.mon.overlay().is_some() || node.stopping.load(Ordering::Relaxed) {
+        return false;
+    }
     let known = node
         .dist
         .nodes()
         .into_iter()
         .any(|n| node.dist.peer_info(n).is_some_and(|(_, a)| a == addr));
-    // The partial overlay never connects to every node it hears of.
-    node.dist.mon.overlay().is_none()
-        && !known
-        && !node.stopping.load(Ordering::Relaxed)
-        && node.joining.lock().insert(addr)
+    !known && node.joining.lock().insert(addr)
 }
 
 /// The node loop: drains the command queue.
