@@ -1600,22 +1600,17 @@ pub(crate) mod tests {
                 .sum()
         };
         let mesh = || NodeConfig::new("127.0.0.1:0").default_logger(false);
-        let (a, b, c) = (
-            Node::start(mesh()).unwrap(),
-            Node::start(mesh()).unwrap(),
-            Node::start(mesh()).unwrap(),
-        );
+        let three = |cfg: &dyn Fn() -> NodeConfig| {
+            let mut ns = (0..3).map(|_| Node::start(cfg()).unwrap());
+            (ns.next().unwrap(), ns.next().unwrap(), ns.next().unwrap())
+        };
+        let (a, b, c) = three(&mesh);
         a.connect(b.addr()).unwrap();
         c.connect(a.addr()).unwrap();
         eventually("c meets b through a's list", || c.nodes().contains(&b.id()));
         assert!(lists(&[&a, &b, &c]) > 0);
 
-        let partial = || mesh().topology(crate::Topology::Partial);
-        let (p, q, r) = (
-            Node::start(partial()).unwrap(),
-            Node::start(partial()).unwrap(),
-            Node::start(partial()).unwrap(),
-        );
+        let (p, q, r) = three(&|| mesh().topology(crate::Topology::Partial));
         p.connect(q.addr()).unwrap();
         r.connect(p.addr()).unwrap();
         eventually("one overlay", || {
