@@ -4,9 +4,10 @@ mod placement;
 pub use placement::core_to_core_ns;
 
 /// Erlang's `wait_all_waiting`: until each of `pids` is parked in a
-/// receive with an empty mailbox, or gone. A table lookup a field, as Erlang's
-/// `process_info(P, status)` (a full [`graft::process_info`] would time
-/// the poll, not the processes).
+/// receive with an empty mailbox, or gone. One table lookup for each of
+/// the two fields, as Erlang polls `process_info(P, status)` and
+/// `process_info(P, message_queue_len)` (a full [`graft::process_info`]
+/// would time the poll, not the processes).
 pub fn wait_all_waiting(pids: &[graft::Pid]) {
     use graft::{mailbox_len, process_status, yield_now, Status};
     for &p in pids {
