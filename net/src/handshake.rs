@@ -900,7 +900,7 @@ pub(crate) enum Outcome {
 }
 
 /// Names the remote address in an error that does not name the peer yet.
-fn at(e: NetError, remote: &str) -> NetError {
+pub(crate) fn at(e: NetError, remote: &str) -> NetError {
     match e {
         NetError::Auth { peer, detail } => NetError::Auth {
             peer: if peer.is_empty() {

@@ -93,6 +93,7 @@ mod frame;
 mod handshake;
 mod io;
 mod noise_crypto;
+mod outbound;
 mod peer;
 mod pending;
 mod poll;

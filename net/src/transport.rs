@@ -14,7 +14,9 @@
 //! `graft-net-tick` sends heartbeats (see `io.rs`).
 //!
 //! Every handle goes into `State::threads`; [`Transport::shutdown`] joins
-//! them all. Outbound handshakes run on the caller of `connect`.
+//! them all. Outbound handshakes run on the caller of `connect`, or, for
+//! [`Transport::connect_then`], on the first I/O thread's poller as inbound
+//! ones do (`outbound.rs`).
 //!
 //! # Pending handshakes
 //!
@@ -82,6 +84,7 @@ use crate::cookie::resolve_cookie;
 use crate::frame::Decoder;
 use crate::handshake::{self, Handshake, Hello, Identity, Outcome};
 use crate::io::{IoConn, IoShared, IoThread, Reader};
+use crate::outbound::{Dial, Done, Outbound, Progress};
 use crate::pending::{Driven, HandshakeStats, Pending, Stats};
 use crate::poll::Events;
 use crate::session::{SealedReader, Sealer};
@@ -167,6 +170,9 @@ struct Inner {
     /// once), and `retiring_to` tells a new connection to wait. Closed ones
     /// are dropped at each `retire`.
     retiring: Mutex<Vec<(PeerId, std::sync::Weak<Conn>)>>,
+    /// Connects asked for by [`Transport::connect_then`], for I/O thread 0
+    /// to start (see `outbound.rs`). Pushed to under `state`.
+    dials: Mutex<Vec<Dial>>,
 }
 
 /// An accepted session's first connection, kept (in the tables, not
@@ -263,6 +269,7 @@ impl Transport {
             stats: Stats::default(),
             forming: Mutex::new(Vec::new()),
             retiring: Mutex::new(Vec::new()),
+            dials: Mutex::new(Vec::new()),
         });
         if inner.cfg.io == IoMode::Poller {
             let me = inner.clone();
@@ -357,6 +364,51 @@ impl Transport {
             NetError::Auth { .. } | NetError::Shutdown => {}
             e => log::warn!("graft-net: connecting to {addr} failed: {e}"),
         })
+    }
+
+    /// Connects to the node listening at `addr` without blocking: the
+    /// connect and the handshake run on the transport's first I/O thread,
+    /// as inbound handshakes do, and `done` is called there (with no lock
+    /// held) with the peer, or with what [`connect`](Transport::connect)
+    /// would have failed with. `done` must return quickly: the thread serves
+    /// sockets. When the transport has shut down, `done` is called at once,
+    /// on the caller's thread, with [`NetError::Shutdown`].
+    ///
+    /// Unlike `connect`, it does not wait for another connection between
+    /// the two nodes to come up: when one is coming up (both connected to
+    /// each other at once) the result is [`NetError::Duplicate`], and
+    /// `connect` is the way to wait for it. With TLS or extra
+    /// [`lanes`](NetConfig::lanes) the handshake is `connect`'s, on a thread
+    /// started for it.
+    ///
+    /// ```
+    /// use std::sync::{mpsc, Arc};
+    /// use graft_net::{Handler, NetConfig, NetError, PeerInfo, Transport};
+    ///
+    /// struct Quiet;
+    /// impl Handler for Quiet {
+    ///     fn peer_up(&self, _: &PeerInfo) {}
+    ///     fn frame(&self, _: &PeerInfo, _: u8, _: Vec<u8>) {}
+    ///     fn peer_down(&self, _: &PeerInfo, _: &NetError) {}
+    /// }
+    ///
+    /// let addr = "127.0.0.1:0".parse().unwrap();
+    /// let a = Transport::start(NetConfig::new("a", addr).cookie("c"), Arc::new(Quiet)).unwrap();
+    /// let b = Transport::start(NetConfig::new("b", addr).cookie("c"), Arc::new(Quiet)).unwrap();
+    ///
+    /// let (tx, rx) = mpsc::channel();
+    /// a.connect_then(b.local_addr(), Box::new(move |r| tx.send(r).unwrap()));
+    /// assert_eq!(rx.recv().unwrap().unwrap().name, "b");
+    ///
+    /// a.shutdown();
+    /// b.shutdown();
+    /// ```
+    pub fn connect_then(
+        &self,
+        addr: SocketAddr,
+        done: Box<dyn FnOnce(Result<PeerInfo, NetError>) + Send>,
+    ) {
+        self.inner.connect_then(addr, done);
     }
 
     /// Queues one frame for `peer`. Never blocks on the socket: the frame is
@@ -800,6 +852,10 @@ impl Inner {
             None
         };
         let mut pending: HashMap<usize, Pending> = HashMap::new();
+        // Outbound handshakes (`outbound.rs`; thread 0 only), and the
+        // completions of this turn, called once no lock is held.
+        let mut outbound: HashMap<usize, Outbound> = HashMap::new();
+        let mut finished = Vec::new();
         let mut events = Events::new();
         let mut next_key = LISTENER + 1;
         let tick = self.cfg.heartbeat;
@@ -813,9 +869,9 @@ impl Inner {
         me.enter();
         loop {
             let now = Instant::now();
-            let mut timeout = pending
-                .values()
-                .map(|p| p.deadline.saturating_duration_since(now))
+            let mut timeout = (pending.values().map(|p| p.deadline))
+                .chain(outbound.values().map(|o| o.deadline))
+                .map(|d| d.saturating_duration_since(now))
                 .min();
             if serving {
                 let t = next_scan.saturating_duration_since(now);
@@ -839,6 +895,9 @@ impl Inner {
             }
             if self.state.lock().closed {
                 break;
+            }
+            if index == 0 {
+                self.start_dials(&mut outbound, &mut next_key, &mut finished);
             }
             let mut sh = me.shared.lock();
             let IoShared { conns, again, .. } = &mut *sh;
@@ -875,6 +934,10 @@ impl Inner {
                     self.serve(conns, again, ev.key, |c, h| {
                         c.serve(ev.readable, ev.writable, h)
                     });
+                    continue;
+                }
+                if outbound.contains_key(&ev.key) {
+                    self.drive_outbound(&mut outbound, ev.key, &mut finished);
                     continue;
                 }
                 self.drive_pending(&mut pending, ev.key);
@@ -925,8 +988,29 @@ impl Inner {
                     self.cfg.handshake_timeout
                 );
             }
+            let late: Vec<usize> = (outbound.iter())
+                .filter(|(_, o)| o.deadline <= now)
+                .map(|(k, _)| *k)
+                .collect();
+            for key in late {
+                let o = outbound.remove(&key).expect("late");
+                log::warn!(
+                    "graft-net: connecting to {} failed: {}",
+                    o.addr,
+                    NetError::Timeout
+                );
+                let (_, _, done, token, registered) = o.into_parts();
+                self.release(registered.as_deref(), token);
+                finished.push((done, Err(NetError::Timeout)));
+            }
+            Self::finish(std::mem::take(&mut finished));
         }
         drop(pending);
+        // Closed: no dial is queued any more (see `connect_then`).
+        let dials = std::mem::take(&mut *self.dials.lock());
+        let left = (outbound.into_values().map(|o| o.into_parts().2))
+            .chain(dials.into_iter().map(|d| d.done));
+        Self::finish(left.map(|done| (done, Err(NetError::Shutdown))).collect());
         if index == 0 {
             self.stats.pending.store(0, Ordering::Relaxed);
         }
@@ -1601,11 +1685,21 @@ impl Inner {
                 true => Err(conn.reason()),
             };
         }
-        self.announce(&conn);
+        self.start_outbound(&conn, reader)
+    }
+
+    /// An outbound connection (one lane) that is up: announced, and read
+    /// and written from here on.
+    fn start_outbound(
+        self: &Arc<Self>,
+        conn: &Arc<Conn>,
+        reader: Reader,
+    ) -> Result<PeerInfo, NetError> {
+        self.announce(conn);
         if self.cfg.io == IoMode::Poller {
-            if let Err(e) = self.join_io(&conn, reader) {
+            if let Err(e) = self.join_io(conn, reader) {
                 conn.close(e.clone());
-                self.report_down(&conn);
+                self.report_down(conn);
                 return Err(e);
             }
             return Ok(conn.info.clone());
@@ -1613,14 +1707,199 @@ impl Inner {
         let (c, me) = (conn.clone(), self.clone());
         if let Err(e) = self.spawn("graft-net-rd", move || me.run_reader(c, reader)) {
             conn.close(e.clone());
-            self.report_down(&conn);
+            self.report_down(conn);
             return Err(e);
         }
-        if let Err(e) = self.start_writer(&conn) {
+        if let Err(e) = self.start_writer(conn) {
             conn.close(e.clone());
             return Err(e);
         }
         Ok(conn.info.clone())
+    }
+
+    // ---- outbound on the poller (`outbound.rs`) ----
+
+    /// [`Transport::connect_then`].
+    fn connect_then(self: &Arc<Self>, addr: SocketAddr, done: Done) {
+        if self.cfg.tls.is_some() || self.cfg.lanes > 1 {
+            // `connect`'s handshake, on a thread of its own.
+            let slot = Arc::new(Mutex::new(Some(done)));
+            let (me, mine) = (self.clone(), slot.clone());
+            let spawned = self.spawn("graft-net-dial", move || {
+                let r = me.connect(addr);
+                if let Some(done) = mine.lock().take() {
+                    done(r);
+                }
+            });
+            if let Err(e) = spawned {
+                if let Some(done) = slot.lock().take() {
+                    done(Err(e));
+                }
+            }
+            return;
+        }
+        let deadline = Instant::now() + self.cfg.connect_timeout;
+        {
+            let st = self.state.lock();
+            if !st.closed {
+                self.dials.lock().push(Dial {
+                    addr,
+                    deadline,
+                    done,
+                });
+                drop(st);
+                if let Err(e) = self.io[0].poller.notify() {
+                    log::warn!("graft-net: cannot wake the I/O thread: {e}");
+                }
+                return;
+            }
+        }
+        done(Err(NetError::Shutdown));
+    }
+
+    /// Step 2 of `outbound.rs` for every dial queued: an answer at once, or
+    /// a socket connecting.
+    fn start_dials(
+        &self,
+        outbound: &mut HashMap<usize, Outbound>,
+        next_key: &mut usize,
+        finished: &mut Vec<(Done, Result<PeerInfo, NetError>)>,
+    ) {
+        for dial in std::mem::take(&mut *self.dials.lock()) {
+            if let Some(info) = self.announced_at(dial.addr) {
+                finished.push((dial.done, Ok(info)));
+                continue;
+            }
+            let (key, token) = (*next_key, self.next_id());
+            *next_key += 1;
+            let started = Outbound::start(
+                dial,
+                &self.me,
+                &self.io[0].poller,
+                key,
+                token,
+                self.cfg.unsent_limit,
+            );
+            match started {
+                Ok(o) => {
+                    outbound.insert(key, o);
+                }
+                Err((dial, e)) => finished.push((dial.done, Err(e))),
+            }
+        }
+    }
+
+    /// The announced connection to the node that listens at `addr`.
+    fn announced_at(&self, addr: SocketAddr) -> Option<PeerInfo> {
+        (self.peers.read().values())
+            .find(|c| c.info.listen_addr == addr && !c.is_closed() && c.is_announced())
+            .map(|c| c.info.clone())
+    }
+
+    /// The announced connection to `name`.
+    fn announced_named(&self, name: &str) -> Option<PeerInfo> {
+        match self.state.lock().names.get(name) {
+            Some(Slot::Up(c)) if c.is_announced() && !c.is_closed() => Some(c.info.clone()),
+            _ => None,
+        }
+    }
+
+    /// Steps 3 and 4 of `outbound.rs` for the connection under `key`; what
+    /// ended goes to `finished`.
+    fn drive_outbound(
+        self: &Arc<Self>,
+        outbound: &mut HashMap<usize, Outbound>,
+        key: usize,
+        finished: &mut Vec<(Done, Result<PeerInfo, NetError>)>,
+    ) {
+        let Some(o) = outbound.get_mut(&key) else {
+            return;
+        };
+        let end = match o.drive(&self.io[0].poller) {
+            Progress::Waiting => return,
+            Progress::Register(hello) => match self.register_outbound(o.token, &hello) {
+                Err(e) => Progress::Failed(e),
+                Ok(keep) => {
+                    if keep {
+                        o.registered = Some(hello.name.clone());
+                    }
+                    match o.confirm(keep) {
+                        Err(e) => Progress::Failed(e),
+                        // Now the acceptor's verdict.
+                        Ok(()) if keep => return,
+                        Ok(()) => Progress::Duplicate(hello),
+                    }
+                }
+            },
+            end => end,
+        };
+        let o = outbound.remove(&key).expect("driven");
+        let addr = o.addr;
+        let (stream, mut hs, done, token, registered) = o.into_parts();
+        let res = match end {
+            Progress::Up(hello) => {
+                let (session, rest) = hs.take_session();
+                self.up_outbound(stream, &hello, token, session, rest)
+            }
+            Progress::Duplicate(hello) => {
+                log::debug!(
+                    "graft-net: already connected to {} (or connecting)",
+                    hello.name
+                );
+                self.announced_named(&hello.name).ok_or(NetError::Duplicate)
+            }
+            Progress::Failed(e) => Err(e),
+            Progress::Waiting | Progress::Register(_) => unreachable!("handled above"),
+        };
+        if res.is_err() {
+            self.release(registered.as_deref(), token);
+        }
+        if let Err(e) = &res {
+            if !matches!(
+                e,
+                NetError::Auth { .. } | NetError::Shutdown | NetError::Duplicate
+            ) {
+                log::warn!("graft-net: connecting to {addr} failed: {e}");
+            }
+        }
+        finished.push((done, res));
+    }
+
+    /// An outbound connection the acceptor keeps: committed to its slot,
+    /// announced, and served.
+    fn up_outbound(
+        self: &Arc<Self>,
+        stream: TcpStream,
+        hello: &Hello,
+        token: u64,
+        session: crate::session::Session,
+        rest: Vec<u8>,
+    ) -> Result<PeerInfo, NetError> {
+        if self.cfg.io == IoMode::Threads {
+            stream.set_nonblocking(false)?;
+        }
+        self.configure(&stream, hello)?;
+        let (sealer, opener, raw, plain) = record_keys(None, session, rest);
+        let conn = self.commit_outbound(token, hello, &stream, sealer)?;
+        let reader = Reader {
+            src: SealedReader::new(stream.try_clone()?, opener, &raw).with_plain(plain),
+            dec: Decoder::new(READ_BUF, self.cfg.wire_frame_max()),
+        };
+        self.start_outbound(&conn, reader)
+    }
+
+    /// Calls each `done` with its result, a panic caught and logged: the
+    /// I/O thread goes on.
+    fn finish(finished: Vec<(Done, Result<PeerInfo, NetError>)>) {
+        for (done, res) in finished {
+            let run = std::panic::AssertUnwindSafe(move || done(res));
+            if let Err(p) = std::panic::catch_unwind(run) {
+                log::error!(
+                    "graft-net: a connect's completion panicked: {}",
+                    panic_reason(p)
+                );
+            }
+        }
     }
 
     fn outbound_handshake(

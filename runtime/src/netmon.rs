@@ -297,16 +297,13 @@ impl NetMon {
         s.known.get(&node).map(|k| k.1)
     }
 
-    /// Connects to `node` on the blocking pool; held frames go when it is
-    /// up, or are dropped if it fails.
+    /// Connects to `node` (on the transport's poller: no thread waits);
+    /// held frames go when it is up, or are dropped if it fails.
     fn start_connect(&self, node: NodeId, addr: SocketAddr) {
-        let Some(weak) = self.node.get().cloned() else {
+        let Some(me) = self.node.get().and_then(|w| w.upgrade()) else {
             return;
         };
-        let Some(me) = weak.upgrade() else { return };
-        me.blocking.submit(Box::new(move || {
-            let Some(n) = weak.upgrade() else { return };
-            let r = crate::node::connect_transport(&n, addr);
+        crate::node::connect_transport_then(&me, addr, move |n, r| {
             let mut s = n.dist.mon.state.lock();
             if let Some(p) = s.pending.remove(&node) {
                 // Not flushed by `peer_up`: failed, or another node there.
@@ -314,10 +311,11 @@ impl NetMon {
                     let _ = n.dist.try_send_to_pid_node(to, kind, &frame);
                 }
             }
+            drop(s);
             if let Err(e) = r {
                 log::info!("graft: {} cannot auto-connect to {addr}: {e}", n.name);
             }
-        }));
+        });
     }
 
     /// Connects to `node` now if it is known, not connected and the mode

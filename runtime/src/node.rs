@@ -1415,12 +1415,15 @@ impl Drop for Node {
     }
 }
 
-/// Connects to a node a peer told us of (`should_join` said it should).
-fn join_mesh(node: &NodeShared, addr: SocketAddr) {
-    if let Err(e) = connect_transport(node, addr) {
-        log::warn!("graft: {} cannot join {addr}: {e}", node.name);
-    }
-    node.joining.lock().remove(&addr);
+/// Connects to a node a peer told us of (`should_join` said it should),
+/// on the transport's poller: the node loop goes on at once.
+fn join_mesh(node: &Arc<NodeShared>, addr: SocketAddr) {
+    connect_transport_then(node, addr, move |n, r| {
+        if let Err(e) = r {
+            log::warn!("graft: {} cannot join {addr}: {e}", n.name);
+        }
+        n.joining.lock().remove(&addr);
+    });
 }
 
 /// Whether a mesh connect to `addr` should start: not connected there, not
@@ -1445,17 +1448,10 @@ fn node_loop(node: &Arc<NodeShared>, rx: Receiver<NodeCommand>) {
             NodeCommand::Stop => return,
             NodeCommand::PeerDown { node: id, peer } => dist::node_lost(node, id, peer),
             NodeCommand::Connect(addr) if !should_join(node, addr) => {}
-            NodeCommand::Connect(addr) => {
-                // Off the loop: a connect can wait its whole timeout (an
-                // address that never answers), and lost peers must not
-                // wait behind it.
-                let weak = Arc::downgrade(node);
-                node.blocking.submit(Box::new(move || {
-                    if let Some(node) = weak.upgrade() {
-                        join_mesh(&node, addr);
-                    }
-                }));
-            }
+            // Not waited for: a connect can take its whole timeout (an
+            // address that never answers), and lost peers must not wait
+            // behind it.
+            NodeCommand::Connect(addr) => join_mesh(node, addr),
         }
     }
 }
@@ -1482,6 +1478,53 @@ pub(crate) fn connect_transport(node: &NodeShared, addr: SocketAddr) -> Result<N
         std::thread::sleep(Duration::from_millis(1));
     }
     Ok(id)
+}
+
+/// What [`connect_transport_then`] calls with its result.
+type ConnectDone = Box<dyn FnOnce(&Arc<NodeShared>, Result<NodeId, Error>) + Send>;
+
+/// [`connect_transport`] without a thread waiting on it: the transport's
+/// poller runs the connect and the handshake
+/// (`graft_net::Transport::connect_then`), and `done` is called on its I/O
+/// thread, so it must be quick. The rare cases that must wait (a
+/// connection to `addr` still retiring; another connection between the two
+/// nodes coming up) go to the blocking pool, as [`connect_transport`].
+pub(crate) fn connect_transport_then(
+    node: &Arc<NodeShared>,
+    addr: SocketAddr,
+    done: impl FnOnce(&Arc<NodeShared>, Result<NodeId, Error>) + Send + 'static,
+) {
+    let Some(t) = node.dist.transport() else {
+        return done(node, Err(Error::NodeDown));
+    };
+    if addr == t.local_addr() {
+        return done(node, Ok(node.id));
+    }
+    /// The waiting cases, on the blocking pool.
+    fn on_pool(n: &Arc<NodeShared>, addr: SocketAddr, done: ConnectDone) {
+        let weak = Arc::downgrade(n);
+        n.blocking.submit(Box::new(move || {
+            if let Some(n) = weak.upgrade() {
+                let r = connect_transport(&n, addr);
+                done(&n, r);
+            }
+        }));
+    }
+    if t.retiring_to(addr) {
+        return on_pool(node, addr, Box::new(done));
+    }
+    let weak = Arc::downgrade(node);
+    t.connect_then(
+        addr,
+        Box::new(move |r| {
+            let Some(n) = weak.upgrade() else { return };
+            match r {
+                Ok(info) => done(&n, Ok(NodeId::from_name(&info.name))),
+                Err(graft_net::NetError::Duplicate) => on_pool(&n, addr, Box::new(done)),
+                Err(e) => done(&n, Err(Error::Remote(e.to_string()))),
+            }
+        }),
+    );
 }
 
 /// How long [`connect_transport`] waits for a connection the transport

@@ -209,10 +209,11 @@ impl OverlayConfig {
 }
 
 /// Outbound connects (on-demand sends of overlay messages, probes) one
-/// node runs at once. Each runs on a blocking-pool thread (the transport's
-/// connect blocks); the rest wait their turn, one entry per target. Before
-/// this bound a node at N = 256 ran up to the pool's 256 threads of them,
-/// each blocked up to the 5 s connect timeout, and the hosts ran out of
+/// node runs at once. Each runs on the transport's poller
+/// (`connect_transport_then`: no thread waits on it); the rest wait their
+/// turn, one entry per target. Before this bound (when each connect held a
+/// blocking-pool thread) a node at N = 256 ran up to the pool's 256 of
+/// them, each up to the 5 s connect timeout, and the hosts ran out of
 /// threads and ephemeral ports (docs/decisions.md, h-poll2 and h-idle).
 pub(crate) const MAX_DIALS: usize = 8;
 /// Targets that may wait for a dial; a dial past them is dropped and
@@ -646,27 +647,49 @@ impl Overlay {
             }
         };
         if start {
-            let weak = Arc::downgrade(n);
-            n.blocking.submit(Box::new(move || run_dials(weak, id)));
+            self.run_dials(n, id);
         }
     }
 
-    /// One dial, on a blocking-pool thread; the target that takes its slot
-    /// next, if one waits.
-    fn dial_one(&self, n: &Arc<NodeShared>, id: NodeId) -> Option<NodeId> {
+    /// Runs dials in a free slot from `first`, until one is in flight (its
+    /// end takes the slot on, see [`Overlay::dialed`]) or none waits.
+    fn run_dials(&self, n: &Arc<NodeShared>, first: NodeId) {
+        let mut next = Some(first);
+        while let Some(id) = next {
+            next = self.begin_dial(n, id);
+        }
+    }
+
+    /// Starts the dial to `id`: on the transport's poller (no thread waits
+    /// on it), or not at all when there is nothing to do, and then the
+    /// next target for this slot at once.
+    fn begin_dial(&self, n: &Arc<NodeShared>, id: NodeId) -> Option<NodeId> {
         let addr = self.dials.lock().targets.get(&id).map(|t| t.addr);
         let was = n.dist.connection(id, None).is_some();
-        if let Some(addr) = addr {
-            if !was
-                && !crate::netmon::partitioned(n.id, id)
+        let go = addr.filter(|_| {
+            !was && !crate::netmon::partitioned(n.id, id)
                 && !n.stopping.load(crate::loom::Ordering::Relaxed)
-            {
-                // A refused duplicate (both nodes connecting at once) fails
-                // here while the other connection wins: what counts is a
-                // connection after it.
-                let _ = crate::node::connect_transport(n, addr);
+        });
+        let Some(addr) = go else {
+            return self.dialed(n, id, was);
+        };
+        // A refused duplicate (both nodes connecting at once) fails while
+        // the other connection wins: what counts is a connection after it.
+        crate::node::connect_transport_then(n, addr, move |n, _| {
+            let Some(o) = n.dist.mon.overlay() else {
+                return;
+            };
+            if let Some(next) = o.dialed(n, id, was) {
+                o.run_dials(n, next);
             }
-        }
+        });
+        None
+    }
+
+    /// A dial to `id` ended (`was`: connected before it): flushes the
+    /// messages waiting for it (`State::connecting`), answers the probes
+    /// of it, and gives the slot to the next target, if one waits.
+    fn dialed(&self, n: &Arc<NodeShared>, id: NodeId, was: bool) -> Option<NodeId> {
         let up = n.dist.connection(id, None).is_some();
         if up && !was {
             self.note_brief(id);
@@ -689,19 +712,6 @@ impl Overlay {
             d.running -= 1;
         }
         next
-    }
-}
-
-/// A dial slot's thread: dials `first`, then whatever waits, until the
-/// queue is empty (or the node is gone).
-fn run_dials(node: Weak<NodeShared>, first: NodeId) {
-    let mut next = Some(first);
-    while let Some(id) = next {
-        let Some(n) = node.upgrade() else { return };
-        let Some(o) = n.dist.mon.overlay() else {
-            return;
-        };
-        next = o.dial_one(&n, id);
     }
 }
 
