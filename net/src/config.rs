@@ -322,7 +322,9 @@ impl NetConfig {
     /// once (at least 1); a socket accepted beyond the limit is closed at
     /// once and counted in [`HandshakeStats::refused_over_limit`](crate::HandshakeStats).
     /// Pending handshakes hold no thread: the listener thread drives them
-    /// all on a poller.
+    /// all on a poller. The same bound holds for outbound handshakes of
+    /// [`Transport::connect_then`](crate::Transport::connect_then): those
+    /// past it wait their turn (their `connect_timeout` running).
     ///
     /// ```
     /// let cfg = graft_net::NetConfig::new("n", "127.0.0.1:0".parse().unwrap())

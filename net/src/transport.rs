@@ -579,6 +579,15 @@ fn dial(addr: SocketAddr, timeout: Duration, unsent: usize) -> Result<TcpStream,
     Ok(stream)
 }
 
+/// The dials in `queued` whose deadline has passed, taken out.
+fn take_late(queued: &mut std::collections::VecDeque<Dial>, now: Instant) -> Vec<Dial> {
+    let (late, keep): (Vec<Dial>, Vec<Dial>) = std::mem::take(queued)
+        .into_iter()
+        .partition(|d| d.deadline <= now);
+    *queued = keep.into();
+    late
+}
+
 /// A connecting side's record keys once its cookie handshake is done, and
 /// what was read past it: `(sealer, opener, records read ahead, plaintext
 /// read ahead)`. The cookie handshake's session keys on plain TCP; over TLS,
@@ -852,9 +861,11 @@ impl Inner {
             None
         };
         let mut pending: HashMap<usize, Pending> = HashMap::new();
-        // Outbound handshakes (`outbound.rs`; thread 0 only), and the
-        // completions of this turn, called once no lock is held.
+        // Outbound handshakes (`outbound.rs`; thread 0 only), those waiting
+        // for one of them to end, and the completions of this turn, called
+        // once no lock is held.
         let mut outbound: HashMap<usize, Outbound> = HashMap::new();
+        let mut queued: std::collections::VecDeque<Dial> = Default::default();
         let mut finished = Vec::new();
         let mut events = Events::new();
         let mut next_key = LISTENER + 1;
@@ -871,6 +882,7 @@ impl Inner {
             let now = Instant::now();
             let mut timeout = (pending.values().map(|p| p.deadline))
                 .chain(outbound.values().map(|o| o.deadline))
+                .chain(queued.iter().map(|d| d.deadline))
                 .map(|d| d.saturating_duration_since(now))
                 .min();
             if serving {
@@ -897,7 +909,8 @@ impl Inner {
                 break;
             }
             if index == 0 {
-                self.start_dials(&mut outbound, &mut next_key, &mut finished);
+                queued.extend(std::mem::take(&mut *self.dials.lock()));
+                self.start_dials(&mut queued, &mut outbound, &mut next_key, &mut finished);
             }
             let mut sh = me.shared.lock();
             let IoShared { conns, again, .. } = &mut *sh;
@@ -1003,13 +1016,23 @@ impl Inner {
                 self.release(registered.as_deref(), token);
                 finished.push((done, Err(NetError::Timeout)));
             }
+            for d in take_late(&mut queued, now) {
+                log::warn!(
+                    "graft-net: connecting to {} failed: {} (waited for a handshake slot)",
+                    d.addr,
+                    NetError::Timeout
+                );
+                finished.push((d.done, Err(NetError::Timeout)));
+            }
+            // Slots freed this turn go to the waiting at once.
+            self.start_dials(&mut queued, &mut outbound, &mut next_key, &mut finished);
             Self::finish(std::mem::take(&mut finished));
         }
         drop(pending);
         // Closed: no dial is queued any more (see `connect_then`).
-        let dials = std::mem::take(&mut *self.dials.lock());
+        queued.extend(std::mem::take(&mut *self.dials.lock()));
         let left = (outbound.into_values().map(|o| o.into_parts().2))
-            .chain(dials.into_iter().map(|d| d.done));
+            .chain(queued.into_iter().map(|d| d.done));
         Self::finish(left.map(|done| (done, Err(NetError::Shutdown))).collect());
         if index == 0 {
             self.stats.pending.store(0, Ordering::Relaxed);
@@ -1757,15 +1780,20 @@ impl Inner {
         done(Err(NetError::Shutdown));
     }
 
-    /// Step 2 of `outbound.rs` for every dial queued: an answer at once, or
-    /// a socket connecting.
+    /// Step 2 of `outbound.rs` for the dials queued, while fewer than
+    /// `max_pending_handshakes` are in flight: an answer at once, or a
+    /// socket connecting.
     fn start_dials(
         &self,
+        queued: &mut std::collections::VecDeque<Dial>,
         outbound: &mut HashMap<usize, Outbound>,
         next_key: &mut usize,
         finished: &mut Vec<(Done, Result<PeerInfo, NetError>)>,
     ) {
-        for dial in std::mem::take(&mut *self.dials.lock()) {
+        while outbound.len() < self.cfg.max_pending_handshakes {
+            let Some(dial) = queued.pop_front() else {
+                return;
+            };
             if let Some(info) = self.announced_at(dial.addr) {
                 finished.push((dial.done, Ok(info)));
                 continue;

@@ -254,3 +254,46 @@ fn a_panicking_completion_leaves_the_io_thread_serving() {
         t.shutdown();
     }
 }
+
+#[test]
+fn outbound_handshakes_in_flight_are_bounded_and_the_rest_wait_their_turn() {
+    init_log();
+    let cfg = config("a", "c")
+        .max_pending_handshakes(1)
+        .connect_timeout(Duration::from_millis(500));
+    let (a, _ra) = start(cfg);
+    let peers: Vec<_> = (0..4)
+        .map(|i| start(config(&format!("q{i}"), "c")))
+        .collect();
+    // One at a time, all of them up in the end.
+    let (tx, rx) = mpsc::channel();
+    for (p, _) in &peers {
+        let tx = tx.clone();
+        a.connect_then(p.local_addr(), Box::new(move |r| tx.send(r).unwrap()));
+    }
+    for _ in &peers {
+        assert!(rx.recv_timeout(GUARD).unwrap().is_ok());
+    }
+    // A silent peer holds the one slot: a live node queued behind it is
+    // not started before its own deadline passes.
+    let silent = fake_peer(|s| {
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_secs(3));
+            drop(s);
+        });
+    });
+    let (b, _rb) = start(config("b", "c"));
+    let (tx1, tx2) = (tx.clone(), tx);
+    a.connect_then(silent, Box::new(move |r| tx1.send(r).unwrap()));
+    a.connect_then(b.local_addr(), Box::new(move |r| tx2.send(r).unwrap()));
+    for _ in 0..2 {
+        let r = rx.recv_timeout(GUARD).unwrap();
+        assert!(matches!(r, Err(NetError::Timeout)), "{r:?}");
+    }
+    assert!(b.peers().is_empty());
+    for (p, _) in &peers {
+        p.shutdown();
+    }
+    b.shutdown();
+    a.shutdown();
+}

@@ -666,9 +666,13 @@ impl Overlay {
     fn begin_dial(&self, n: &Arc<NodeShared>, id: NodeId) -> Option<NodeId> {
         let addr = self.dials.lock().targets.get(&id).map(|t| t.addr);
         let was = n.dist.connection(id, None).is_some();
+        // Not when stopping or without a transport, where the completion
+        // would come at once, inside this call, and the next dial's inside
+        // it: a recursion as deep as the queue.
         let go = addr.filter(|_| {
             !was && !crate::netmon::partitioned(n.id, id)
                 && !n.stopping.load(crate::loom::Ordering::Relaxed)
+                && n.dist.transport().is_some()
         });
         let Some(addr) = go else {
             return self.dialed(n, id, was);
