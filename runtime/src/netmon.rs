@@ -74,7 +74,7 @@ pub struct NodeDown {
 /// on the first use of a pid of a node that is known (its name and address
 /// were seen: connected once, or named to [`connect_name`]) but not
 /// connected now: a send, an alias send, or a [`request`](crate::request).
-/// A send starts a connection on the blocking pool and its frame is held
+/// A send starts a connection (on the transport's poller) and its frame is held
 /// (in order, up to 8 MiB per node) until the connection is up, then sent;
 /// dropped if the connection fails, as a send to an unreachable node is.
 /// A request connects first, parking the caller. Monitors and links do not

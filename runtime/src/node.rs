@@ -437,13 +437,20 @@ impl NodeConfig {
 }
 
 /// Scheduler threads when not configured: `GRAFT_WORKERS` if set (like
-/// Erlang's `+S`), else the available parallelism.
+/// Erlang's `+S`), else the available parallelism, read once per OS process
+/// (as the BEAM reads it at boot): `available_parallelism` opens and reads
+/// the cgroup's files, system calls on every `NodeConfig::new`, where a
+/// host starting 250 nodes on a busy machine lost about a tenth of its
+/// start's context switches (one profile; docs/decisions.md, session 24).
 fn default_workers() -> usize {
+    static CPUS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     std::env::var("GRAFT_WORKERS")
         .ok()
         .and_then(|v| v.parse::<usize>().ok())
         .filter(|n| *n > 0)
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .unwrap_or_else(|| {
+            *CPUS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        })
 }
 
 /// Work for the node loop.

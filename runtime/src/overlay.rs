@@ -239,7 +239,7 @@ pub(crate) struct Overlay {
 /// The overlay's outbound connects (see [`MAX_DIALS`]).
 #[derive(Debug, Default)]
 struct Dials {
-    /// Dials running now (each on a blocking-pool thread).
+    /// Dials running now (each on the transport's poller).
     running: usize,
     /// Most dials run at once so far.
     peak: usize,
