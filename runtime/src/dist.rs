@@ -1622,6 +1622,46 @@ pub(crate) mod tests {
         }
     }
 
+    /// Connects hold no thread while they run: a process's `connect`, the
+    /// mesh join that a peer list sets off and an auto-connect all run on
+    /// the transport's poller, so no blocking pool starts a thread.
+    #[test]
+    fn connects_start_no_pool_thread() {
+        use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+        static GOT: AtomicU64 = AtomicU64::new(0);
+        let mesh = || NodeConfig::new("127.0.0.1:0").default_logger(false);
+        let (a, b, c) = (
+            Node::start(mesh()).unwrap(),
+            Node::start(mesh()).unwrap(),
+            Node::start(mesh()).unwrap(),
+        );
+        b.connect(c.addr()).unwrap();
+        let baddr = b.addr();
+        a.run(move || crate::connect(baddr)).unwrap().unwrap();
+        eventually("a meets c through b's list", || a.nodes().contains(&c.id()));
+        let on_c = c
+            .spawn(|| {
+                let v: u64 = crate::expect();
+                GOT.store(v, SeqCst);
+            })
+            .unwrap();
+        assert!(a.disconnect(c.id()));
+        eventually("c gone from a", || !a.nodes().contains(&c.id()));
+        a.run(move || crate::send(on_c, 7u64)).unwrap();
+        eventually("the auto-connected send", || GOT.load(SeqCst) == 7);
+        for x in [&a, &b, &c] {
+            assert_eq!(
+                x.shared().blocking.threads(),
+                0,
+                "pool threads on {}",
+                x.name()
+            );
+        }
+        for x in [a, b, c] {
+            x.shutdown();
+        }
+    }
+
     /// Waits (bounded) until `f` holds.
     pub(crate) fn eventually(what: &str, f: impl Fn() -> bool) {
         let t = Instant::now();

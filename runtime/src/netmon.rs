@@ -331,7 +331,14 @@ impl NetMon {
         let Some(addr) = addr else { return false };
         let n2 = n.clone();
         let r = if context::process().is_some() {
-            crate::api::blocking(move || crate::node::connect_transport(&n2, addr))
+            crate::api::park_until(|done| {
+                crate::node::connect_transport_then(&n2, addr, move |_, r| done.complete(r));
+            })
+            .unwrap_or_else(|| {
+                Err(Error::Remote(format!(
+                    "the connect to {addr} was abandoned"
+                )))
+            })
         } else {
             crate::node::connect_transport(&n2, addr)
         };

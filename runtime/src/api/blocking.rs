@@ -1,8 +1,10 @@
 //! [`blocking`]: work that would stall a worker runs on the blocking pool.
 
-use crate::context::{current, node, park_current};
+use crate::context::park_current;
 use crate::loom::Ordering;
 use crate::node::NodeShared;
+use crate::process::Process;
+use std::sync::Weak;
 
 /// Runs `f` on the node's blocking pool while the caller is parked, so a
 /// blocking call (file I/O, a sleeping C library) does not stall a worker.
@@ -19,43 +21,89 @@ where
     R: Send + 'static,
     F: FnOnce() -> R + Send + 'static,
 {
-    let me = current("blocking");
-    let n = node();
-    let Some(arc) = n.table.get(me.pid.serial()) else {
-        return f();
-    };
-    let slot: std::sync::Arc<parking_lot::Mutex<Option<std::thread::Result<R>>>> =
-        Default::default();
-    let out = slot.clone();
-    let waker = std::sync::Arc::downgrade(&arc);
-    drop(arc);
-    let node_ptr = NodePtr(n);
-    n.blocking.submit(Box::new(move || {
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
-        *out.lock() = Some(r);
-        if let Some(p) = waker.upgrade() {
-            let node_ptr = node_ptr;
-            // SAFETY: the node outlives its blocking pool (joined at shutdown
-            // before the node is dropped).
-            unsafe { &*node_ptr.0 }.wake(&p);
-        }
-    }));
-    loop {
-        if me.has_signal.load(Ordering::Acquire) {
-            // SAFETY: `me` is the running process.
-            unsafe { me.drain() };
-        }
-        if let Some(r) = slot.lock().take() {
-            return match r {
-                Ok(v) => v,
-                Err(p) => std::panic::resume_unwind(p),
-            };
-        }
-        park_current(me);
+    // Outside a process this says so (a panic naming the call), as before.
+    let _ = crate::context::current("blocking");
+    let pool = crate::context::worker().map(|w| w.node.clone());
+    let got = park_until(|done| match pool {
+        Some(n) => n.blocking.submit(Box::new(move || {
+            done.complete(std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)));
+        })),
+        None => done.complete(std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))),
+    });
+    match got {
+        Some(Ok(v)) => v,
+        Some(Err(p)) => std::panic::resume_unwind(p),
+        None => unreachable!("the blocking pool runs every job it is given"),
     }
 }
 
-pub(crate) struct NodePtr(*const NodeShared);
-// SAFETY: `NodeShared` is `Sync`; the pointer is only dereferenced while the
-// node is alive (see `blocking`).
-unsafe impl Send for NodePtr {}
+/// The slot a [`Completion`] fills: `Some(None)` when it was dropped
+/// without a result.
+type Slot<R> = std::sync::Arc<parking_lot::Mutex<Option<Option<R>>>>;
+
+/// What wakes a process parked in [`park_until`]: given its result once,
+/// from any thread. Dropped without one (its operation was abandoned), it
+/// wakes the process all the same, with nothing.
+pub(crate) struct Completion<R> {
+    parts: Option<(Slot<R>, Weak<Process>, Weak<NodeShared>)>,
+}
+
+impl<R> Completion<R> {
+    /// Hands `r` to the parked process and wakes it.
+    pub(crate) fn complete(mut self, r: R) {
+        self.give(Some(r));
+    }
+
+    fn give(&mut self, r: Option<R>) {
+        let Some((slot, process, node)) = self.parts.take() else {
+            return;
+        };
+        *slot.lock() = Some(r);
+        if let (Some(p), Some(n)) = (process.upgrade(), node.upgrade()) {
+            n.wake(&p);
+        }
+    }
+}
+
+impl<R> Drop for Completion<R> {
+    fn drop(&mut self) {
+        self.give(None);
+    }
+}
+
+/// Parks the calling process until the [`Completion`] that `start` is
+/// given has its result (`None` if it was dropped without one), so that an
+/// operation another thread finishes (a job of the blocking pool, a connect
+/// on the transport's poller) holds no thread of ours meanwhile. `start`
+/// may complete at once. Outside a process, or for a process no longer in
+/// the table, the calling thread waits instead.
+pub(crate) fn park_until<R: Send + 'static>(start: impl FnOnce(Completion<R>)) -> Option<R> {
+    let slot: Slot<R> = Default::default();
+    let me = crate::context::process();
+    let here = crate::context::worker().and_then(|w| {
+        let p = w.node.table.get(me?.pid.serial())?;
+        Some((
+            std::sync::Arc::downgrade(&p),
+            std::sync::Arc::downgrade(&w.node),
+        ))
+    });
+    let (process, node) = here.clone().unwrap_or_default();
+    start(Completion {
+        parts: Some((slot.clone(), process, node)),
+    });
+    loop {
+        if let Some(r) = slot.lock().take() {
+            return r;
+        }
+        match (me, &here) {
+            (Some(me), Some(_)) => {
+                if me.has_signal.load(Ordering::Acquire) {
+                    // SAFETY: `me` is the running process.
+                    unsafe { me.drain() };
+                }
+                park_current(me);
+            }
+            _ => std::thread::sleep(std::time::Duration::from_millis(1)),
+        }
+    }
+}

@@ -14,7 +14,8 @@ use std::time::Duration;
 
 /// Connects this node to the node listening at `addr` (and, through it, to
 /// every node that one knows: the mesh is full). The caller is parked while
-/// the connection and handshake run on the blocking pool.
+/// the connection and handshake run on the transport's poller, as the
+/// node's own connects do: no thread waits on it.
 ///
 /// # Errors
 ///
@@ -26,7 +27,14 @@ pub fn connect(addr: std::net::SocketAddr) -> Result<NodeId, Error> {
         return Err(Error::NotInProcess("connect"));
     };
     let node = std::sync::Arc::clone(&w.node);
-    blocking(move || crate::node::connect_transport(&node, addr))
+    crate::api::park_until(|done| {
+        crate::node::connect_transport_then(&node, addr, move |_, r| done.complete(r));
+    })
+    .unwrap_or_else(|| {
+        Err(Error::Remote(format!(
+            "the connect to {addr} was abandoned"
+        )))
+    })
 }
 
 /// Closes the connection to `node`, as `erlang:disconnect_node/1` does;
