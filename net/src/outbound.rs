@@ -57,10 +57,10 @@ pub(crate) struct Outbound {
     pub(crate) deadline: Instant,
     /// Whether the connect has finished and the first message gone out.
     started: bool,
-    pub(crate) hs: Handshake,
+    hs: Handshake,
     /// The name whose slot this attempt holds, once it holds one.
     pub(crate) registered: Option<String>,
-    pub(crate) done: Done,
+    done: Done,
 }
 
 /// What driving an outbound connection came to.
