@@ -4,19 +4,21 @@
 //!
 //! | thread             | count        | does                                           |
 //! |--------------------|--------------|------------------------------------------------|
-//! | `graft-net-accpt` | 1            | accepts, drives every inbound handshake         |
+//! | `graft-net-accpt` | 1            | accepts, drives every pending handshake         |
 //! | `graft-net-rd`     | 1 per peer   | reads (after the handshake)                     |
 //! | `graft-net-wr`     | 1 per peer   | flushes the outbox, sends heartbeats            |
 //!
 //! That is [`IoMode::Threads`]. In [`IoMode::Poller`] (the default) there
 //! is no thread per peer: `io_threads` threads `graft-net-io` (the first
-//! also accepts) read and write every established connection, and one
-//! `graft-net-tick` sends heartbeats (see `io.rs`).
+//! also accepts and drives the pending handshakes) read and write every
+//! established connection, and one `graft-net-tick` sends heartbeats (see
+//! `io.rs`).
 //!
 //! Every handle goes into `State::threads`; [`Transport::shutdown`] joins
 //! them all. Outbound handshakes run on the caller of `connect`, or, for
-//! [`Transport::connect_then`], on the first I/O thread's poller as inbound
-//! ones do (`outbound.rs`).
+//! [`Transport::connect_then`], on the first thread's poller as inbound
+//! ones do (`outbound.rs`; with TLS or extra lanes, on a `graft-net-dial`
+//! thread started for the one connect).
 //!
 //! # Pending handshakes
 //!
