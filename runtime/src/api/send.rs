@@ -62,8 +62,7 @@ impl From<(&str, NodeId)> for Dest {
 #[inline]
 pub fn send<M: Message>(to: Pid, msg: M) {
     let Some(w) = context::worker() else {
-        log::warn!("graft: send to {to} outside a process: message dropped");
-        return;
+        return send_outside(to);
     };
     // One load decides: while nothing in this OS process is traced, doomed,
     // limited or watched for long queues, a local send is push and wake.
@@ -72,10 +71,7 @@ pub fn send<M: Message>(to: Pid, msg: M) {
         crate::observe::trace_sent(to, std::any::type_name::<M>());
     }
     if !w.node.is_local(to) {
-        if let Err(e) = w.node.dist.try_send_message(to, &msg) {
-            log::error!("graft: message to {to} dropped: {e}");
-        }
-        return;
+        return send_remote(w, to, msg);
     }
     let mail = Mail::message(msg);
     // SAFETY: `current` is set while this worker resumes a process (which
@@ -106,6 +102,24 @@ pub fn send<M: Message>(to: Pid, msg: M) {
         Ok(false) => {}
         Err(m) => crate::node::drop_undelivered(to, m),
     }
+}
+
+/// [`send`] to another node, out of line: its encoding and error report
+/// would otherwise sit in the frame of every process body that sends, a
+/// few cold cache lines more to touch on each resume of a local one.
+#[cold]
+#[inline(never)]
+fn send_remote<M: Message>(w: &crate::sched::worker::WorkerCtx, to: Pid, msg: M) {
+    if let Err(e) = w.node.dist.try_send_message(to, &msg) {
+        log::error!("graft: message to {to} dropped: {e}");
+    }
+}
+
+/// [`send`] outside a process: dropped, and said so.
+#[cold]
+#[inline(never)]
+fn send_outside(to: Pid) {
+    log::warn!("graft: send to {to} outside a process: message dropped");
 }
 
 /// Sends to a pid, a registered name, or a name on another node.
