@@ -297,3 +297,18 @@ fn outbound_handshakes_in_flight_are_bounded_and_the_rest_wait_their_turn() {
     b.shutdown();
     a.shutdown();
 }
+
+#[test]
+fn with_extra_lanes_the_connect_runs_on_a_thread_of_its_own() {
+    init_log();
+    let (a, _ra) = start(config("la", "c").lanes(2));
+    let (b, rb) = start(config("lb", "c").lanes(2));
+    let (r, who) = connect(&a, b.local_addr());
+    let info = r.unwrap();
+    assert_eq!(info.name, "lb");
+    assert_eq!(who, "graft-net-dial");
+    a.send(info.id, 40, b"x").unwrap();
+    rb.wait_for("the frame", |ev| count_frames(ev) == 1);
+    a.shutdown();
+    b.shutdown();
+}
