@@ -197,6 +197,16 @@ struct State {
     threads: Vec<JoinHandle<()>>,
 }
 
+impl State {
+    /// `name`'s connection, once it is up and announced.
+    fn announced(&self, name: &str) -> Option<PeerInfo> {
+        match self.names.get(name) {
+            Some(Slot::Up(c)) if c.is_announced() => Some(c.info.clone()),
+            _ => None,
+        }
+    }
+}
+
 enum Slot {
     /// We are connecting to this node; the token of that attempt.
     Pending(u64),
@@ -910,10 +920,6 @@ impl Inner {
             if self.state.lock().closed {
                 break;
             }
-            if index == 0 {
-                queued.extend(std::mem::take(&mut *self.dials.lock()));
-                self.start_dials(&mut queued, &mut outbound, &mut next_key, &mut finished);
-            }
             let mut sh = me.shared.lock();
             let IoShared { conns, again, .. } = &mut *sh;
             for (conn, reader) in std::mem::take(&mut *me.inbox.lock()) {
@@ -1026,8 +1032,11 @@ impl Inner {
                 );
                 finished.push((d.done, Err(NetError::Timeout)));
             }
-            // Slots freed this turn go to the waiting at once.
-            self.start_dials(&mut queued, &mut outbound, &mut next_key, &mut finished);
+            // New dials, and slots freed this turn, start now.
+            if index == 0 {
+                queued.extend(std::mem::take(&mut *self.dials.lock()));
+                self.start_dials(&mut queued, &mut outbound, &mut next_key, &mut finished);
+            }
             Self::finish(std::mem::take(&mut finished));
         }
         drop(pending);
@@ -1796,7 +1805,7 @@ impl Inner {
             let Some(dial) = queued.pop_front() else {
                 return;
             };
-            if let Some(info) = self.announced_at(dial.addr) {
+            if let Some(info) = (self.find_addr(dial.addr)).and_then(|n| self.announced_named(&n)) {
                 finished.push((dial.done, Ok(info)));
                 continue;
             }
@@ -1819,19 +1828,9 @@ impl Inner {
         }
     }
 
-    /// The announced connection to the node that listens at `addr`.
-    fn announced_at(&self, addr: SocketAddr) -> Option<PeerInfo> {
-        (self.peers.read().values())
-            .find(|c| c.info.listen_addr == addr && !c.is_closed() && c.is_announced())
-            .map(|c| c.info.clone())
-    }
-
     /// The announced connection to `name`.
     fn announced_named(&self, name: &str) -> Option<PeerInfo> {
-        match self.state.lock().names.get(name) {
-            Some(Slot::Up(c)) if c.is_announced() && !c.is_closed() => Some(c.info.clone()),
-            _ => None,
-        }
+        self.state.lock().announced(name)
     }
 
     /// Steps 3 and 4 of `outbound.rs` for the connection under `key`; what
@@ -1881,10 +1880,8 @@ impl Inner {
             Progress::Failed(e) => Err(e),
             Progress::Waiting | Progress::Register(_) => unreachable!("handled above"),
         };
-        if res.is_err() {
-            self.release(registered.as_deref(), token);
-        }
         if let Err(e) = &res {
+            self.release(registered.as_deref(), token);
             if !matches!(
                 e,
                 NetError::Auth { .. } | NetError::Shutdown | NetError::Duplicate
@@ -2070,15 +2067,11 @@ impl Inner {
             if st.closed {
                 return Err(NetError::Shutdown);
             }
-            match st.names.get(name) {
-                Some(Slot::Up(c)) if c.is_announced() => return Ok(c.info.clone()),
-                _ => {}
+            if let Some(info) = st.announced(name) {
+                return Ok(info);
             }
             if self.changed.wait_until(&mut st, deadline).timed_out() {
-                return match st.names.get(name) {
-                    Some(Slot::Up(c)) if c.is_announced() => Ok(c.info.clone()),
-                    _ => Err(NetError::Timeout),
-                };
+                return st.announced(name).ok_or(NetError::Timeout);
             }
         }
     }
