@@ -329,18 +329,10 @@ impl NetMon {
             self.may_auto_connect(&s, node)
         };
         let Some(addr) = addr else { return false };
-        let n2 = n.clone();
         let r = if context::process().is_some() {
-            crate::api::park_until(|done| {
-                crate::node::connect_transport_then(&n2, addr, move |_, r| done.complete(r));
-            })
-            .unwrap_or_else(|| {
-                Err(Error::Remote(format!(
-                    "the connect to {addr} was abandoned"
-                )))
-            })
+            crate::node::connect_parked(n, addr)
         } else {
-            crate::node::connect_transport(&n2, addr)
+            crate::node::connect_transport(n, addr)
         };
         let up = n.dist.connection(node, None).is_some();
         if !up {

@@ -1534,6 +1534,19 @@ pub(crate) fn connect_transport_then(
     );
 }
 
+/// [`connect_transport_then`] for the running process: parked until the
+/// poller is done, no thread waiting meanwhile.
+pub(crate) fn connect_parked(node: &Arc<NodeShared>, addr: SocketAddr) -> Result<NodeId, Error> {
+    crate::api::park_until(|done| {
+        connect_transport_then(node, addr, move |_, r| done.complete(r));
+    })
+    .unwrap_or_else(|| {
+        Err(Error::Remote(format!(
+            "the connect to {addr} was abandoned"
+        )))
+    })
+}
+
 /// How long [`connect_transport`] waits for a connection the transport
 /// reports up to appear in the runtime's table.
 const PUBLISH_WAIT: Duration = Duration::from_secs(1);

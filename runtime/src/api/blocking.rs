@@ -23,12 +23,13 @@ where
 {
     // Outside a process this says so (a panic naming the call), as before.
     let _ = crate::context::current("blocking");
-    let pool = crate::context::worker().map(|w| w.node.clone());
-    let got = park_until(|done| match pool {
-        Some(n) => n.blocking.submit(Box::new(move || {
+    let n = crate::context::worker()
+        .map(|w| w.node.clone())
+        .expect("a running process is on a worker");
+    let got = park_until(|done| {
+        n.blocking.submit(Box::new(move || {
             done.complete(std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)));
-        })),
-        None => done.complete(std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))),
+        }));
     });
     match got {
         Some(Ok(v)) => v,

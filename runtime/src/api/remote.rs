@@ -26,15 +26,7 @@ pub fn connect(addr: std::net::SocketAddr) -> Result<NodeId, Error> {
     let Some(w) = context::worker() else {
         return Err(Error::NotInProcess("connect"));
     };
-    let node = std::sync::Arc::clone(&w.node);
-    crate::api::park_until(|done| {
-        crate::node::connect_transport_then(&node, addr, move |_, r| done.complete(r));
-    })
-    .unwrap_or_else(|| {
-        Err(Error::Remote(format!(
-            "the connect to {addr} was abandoned"
-        )))
-    })
+    crate::node::connect_parked(&w.node, addr)
 }
 
 /// Closes the connection to `node`, as `erlang:disconnect_node/1` does;
