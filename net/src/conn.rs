@@ -70,13 +70,15 @@
 //!
 //! # Busy (backpressure)
 //!
-//! `queued_bytes` counts `buf`, `sealed` and everything deferred (flights'
-//! bytes not yet taken, chains). Past `busy_limit` the connection is busy
+//! `queued_bytes` counts `buf`, `sealed`, the batch the writer took and
+//! has not written yet (`writing`: a writer stuck on a peer that stopped
+//! reading holds it), and everything deferred (flights' bytes not yet
+//! taken, chains). Past `busy_limit` the connection is busy
 //! (`is_busy`, the system monitor's `BusyDist`). Who must wait is finer
 //! (`busy_for`), so that small traffic keeps moving past bulk data:
 //!
-//! * everyone, while the small lane (`buf`, `sealed`) alone is over the
-//!   limit (a flood of small frames);
+//! * everyone, while the small lane (`buf`, `sealed`, `writing`) alone is
+//!   over the limit (a flood of small frames);
 //! * a sender of a large message (over a fragment), or one whose own key
 //!   has a large message queued, while the whole queue is over the limit.
 //!
@@ -226,6 +228,10 @@ struct Outbox {
     in_flight: usize,
     /// Bytes queued outside `buf`: flights' bytes not taken, chains, waiting.
     deferred: usize,
+    /// Bytes of the batch the writer took and has not finished writing
+    /// (set by `take_work`, lowered as the poller's writes go out): queued
+    /// still, for the busy limit and `queued_bytes` (see "Busy").
+    writing: usize,
     /// The next flight's id.
     next_id: u64,
     /// Senders waiting for the queue to drain (see "Busy").
@@ -248,12 +254,13 @@ impl std::fmt::Debug for Drain {
 
 impl Outbox {
     fn queued(&self) -> usize {
-        self.buf.len() + self.sealed.len() + self.deferred
+        self.small() + self.deferred
     }
 
-    /// Bytes in the small lane (whole frames in the FIFO).
+    /// Bytes in the small lane (whole frames in the FIFO), with the batch
+    /// the writer is writing.
     fn small(&self) -> usize {
-        self.buf.len() + self.sealed.len()
+        self.buf.len() + self.sealed.len() + self.writing
     }
 
     /// Why a sender of key `key` about to send `size` bytes must wait, if it
@@ -451,6 +458,7 @@ impl Conn {
                 waiting: VecDeque::new(),
                 in_flight: 0,
                 deferred: 0,
+                writing: 0,
                 next_id: 1,
                 drain: Drain::default(),
                 frames: 0,
@@ -825,6 +833,39 @@ impl Conn {
         !self.down_reported.swap(true, Ordering::AcqRel)
     }
 
+    /// Under the outbox lock: clears the busy flag if the queue is at the
+    /// limit, and runs the drain wake-ups that are due (with the lock
+    /// released: `true` if it ran any, and the outbox may have changed).
+    fn wake_drained(&self, out: &mut MutexGuard<'_, Outbox>) -> bool {
+        let limit = self.limits.busy_limit;
+        let all = out.queued() <= limit;
+        if all {
+            self.busy.store(false, Ordering::Relaxed);
+        }
+        if out.drain.0.is_empty() || out.small() > limit {
+            return false;
+        }
+        let (go, stay): (Vec<_>, Vec<_>) = std::mem::take(&mut out.drain.0)
+            .into_iter()
+            .partition(|(bulk, _)| all || !bulk);
+        out.drain.0 = stay;
+        if go.is_empty() {
+            return false;
+        }
+        MutexGuard::unlocked(out, || go.into_iter().for_each(|(_, w)| w()));
+        true
+    }
+
+    /// On the poller, with part of a batch still in `rest`: only that part
+    /// counts as being written now, and the waiters it was holding back
+    /// need not wait for the rest to go.
+    fn still_writing(&self, rest: usize) -> MutexGuard<'_, Outbox> {
+        let mut out = self.out.lock();
+        out.writing = rest;
+        self.wake_drained(&mut out);
+        out
+    }
+
     /// Under the outbox lock: runs the drain wake-ups that are due, then
     /// takes what is to be written into `w` (see "Lanes"), with a ping when
     /// one is due. What the writer must do next.
@@ -833,21 +874,12 @@ impl Conn {
             if out.closed {
                 return Take::Closed;
             }
+            // The last batch is written (the poller's `rest` is empty).
+            out.writing = 0;
+            if self.wake_drained(out) {
+                continue;
+            }
             let limit = self.limits.busy_limit;
-            let all = out.queued() <= limit;
-            if all {
-                self.busy.store(false, Ordering::Relaxed);
-            }
-            if !out.drain.0.is_empty() && out.small() <= limit {
-                let (go, stay): (Vec<_>, Vec<_>) = std::mem::take(&mut out.drain.0)
-                    .into_iter()
-                    .partition(|(bulk, _)| all || !bulk);
-                out.drain.0 = stay;
-                if !go.is_empty() {
-                    MutexGuard::unlocked(out, || go.into_iter().for_each(|(_, w)| w()));
-                    continue;
-                }
-            }
             if !out.buf.is_empty() || !out.sealed.is_empty() || !out.flights.is_empty() {
                 std::mem::swap(&mut out.buf, &mut w.spare);
                 w.wire.extend_from_slice(&out.sealed);
@@ -859,6 +891,10 @@ impl Conn {
                     // A ping even when busy: the round trip stays fresh.
                     self.rtt.ping(&mut w.spare);
                     w.last_ping = w.last_write;
+                }
+                out.writing = w.batch_len();
+                if out.queued() > limit {
+                    self.busy.store(true, Ordering::Relaxed);
                 }
                 return Take::Work;
             }
@@ -972,7 +1008,7 @@ impl Conn {
                     Err(e) => return Err(e.into()),
                 }
                 if !w.rest.is_empty() {
-                    let mut out = self.out.lock();
+                    let mut out = self.still_writing(w.rest.len());
                     if !out.writer_idle {
                         self.arm(&mut out, link, true);
                     }
@@ -1209,6 +1245,15 @@ impl WriteState {
             rest: Vec::new(),
             progress: now,
         }
+    }
+
+    /// Bytes of the batch taken: the small frames, what a direct write
+    /// left, and the fragments with their headers.
+    fn batch_len(&self) -> usize {
+        let pieces: usize = (self.pieces.iter())
+            .map(|(_, header, _, range)| frame::HEADER_LEN + header.len() + range.len())
+            .sum();
+        self.spare.len() + self.wire.len() + pieces
     }
 
     /// Whether sealed bytes wait for the socket to take them.

@@ -9,7 +9,7 @@ use std::thread;
 use std::time::Duration;
 
 use common::*;
-use graft_net::{NetError, RawClient};
+use graft_net::{IoMode, NetError, RawClient};
 
 /// Bytes that differ at every position (a lost or moved fragment shows).
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
@@ -382,4 +382,47 @@ fn busy_limit_and_drain_wakeups() {
     assert!(!s.on_drain(0, 10, Box::new(|| {})));
     drop(raw);
     a.shutdown();
+}
+
+/// A batch the writer took and could not write yet (the peer reads
+/// slowly) still counts as queued, in both I/O modes, so the busy limit
+/// and the system monitor's `BusyDist` see it: a sender waiting for the
+/// queue to drain is never left waiting while the queue reports itself
+/// under the limit. The peer reads only while the queue is over it.
+#[test]
+fn a_batch_the_writer_holds_counts_as_queued() {
+    init_log();
+    let limit = 256 << 10;
+    for mode in [IoMode::Poller, IoMode::Threads] {
+        let (a, _ra) = start(
+            config("a", "c")
+                .io(mode)
+                .busy_limit(limit)
+                .heartbeat(Duration::from_secs(30)),
+        );
+        let (mut raw, _) = RawClient::connect(a.local_addr(), &config("slow", "c")).unwrap();
+        wait_until("a lists slow", || a.peers().len() == 1);
+        let s = a.sender(a.peers()[0].id).unwrap();
+        let chunk = vec![1u8; 32 << 10];
+        wait_until("busy", || {
+            s.send(60, &chunk).unwrap();
+            s.is_busy()
+        });
+        let woken = Arc::new(AtomicBool::new(false));
+        let w = woken.clone();
+        assert!(s.on_drain(0, 10, Box::new(move || w.store(true, Ordering::Release))));
+        // Read a frame at a time while the queue says it is over the
+        // limit; once it says it is not, the waiter must run with no
+        // more reading.
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while s.queued_bytes() > limit && !woken.load(Ordering::Acquire) {
+            assert!(std::time::Instant::now() < deadline, "{mode:?}: hang guard");
+            let _ = raw.recv_frame(Duration::from_millis(20)).unwrap();
+        }
+        wait_until("the waiter ran with the queue under the limit", || {
+            woken.load(Ordering::Acquire)
+        });
+        drop(raw);
+        a.shutdown();
+    }
 }
