@@ -26,6 +26,14 @@
 //!    peer, or with the error. Past the deadline (`connect_timeout` from
 //!    the call) the attempt fails with `Timeout`; at shutdown, with
 //!    `Shutdown`.
+//!
+//! With TLS, step 3 writes the TLS client's first flight instead, and
+//! step 4 feeds what it reads to the TLS handshake (rustls is sans I/O:
+//! [`PendingTls`], as the accepting side uses) until it is up; only then is
+//! the cookie handshake made, bound to that TLS connection (its exporter
+//! value), and its messages travel in TLS records. At step 4's `Register`
+//! the peer's certificate must name the node that answered
+//! (`tls::check_name`), as in a blocking `connect`.
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -35,10 +43,15 @@ use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::handshake::{Handshake, Hello, Identity, Step};
 use crate::poll::{Poller, Registered};
-use crate::{NetError, PeerInfo};
+use crate::tls::{PendingTls, TlsHandshake, TlsUp};
+use crate::{NetError, PeerInfo, TlsConfig};
 
 /// What is told how an outbound connection ended.
 pub(crate) type Done = Box<dyn FnOnce(Result<PeerInfo, NetError>) + Send>;
+
+/// What an attempt leaves to be told and released: `done`, its token and
+/// the name whose slot it holds, if any.
+pub(crate) type Abandoned = (Done, u64, Option<String>);
 
 /// A connect asked for and not started yet (step 1).
 pub(crate) struct Dial {
@@ -57,7 +70,12 @@ pub(crate) struct Outbound {
     pub(crate) deadline: Instant,
     /// Whether the connect has finished and the first message gone out.
     started: bool,
-    hs: Handshake,
+    /// The cookie handshake; with TLS, made once TLS is up (it is bound
+    /// to that TLS connection).
+    hs: Option<Handshake>,
+    /// With TLS: its handshake, then the records the cookie handshake
+    /// travels in.
+    tls: Option<PendingTls>,
     /// The name whose slot this attempt holds, once it holds one.
     pub(crate) registered: Option<String>,
     done: Done,
@@ -86,13 +104,20 @@ impl Outbound {
     pub(crate) fn start(
         dial: Dial,
         me: &Identity,
+        tls: Option<&TlsConfig>,
         poller: &Poller,
         key: usize,
         token: u64,
         unsent: usize,
     ) -> Result<Outbound, (Dial, NetError)> {
         let made = (|| {
-            let hs = Handshake::initiator_bound(me, None)?;
+            let (hs, tls) = match tls {
+                None => (Some(Handshake::initiator_bound(me, None)?), None),
+                Some(cfg) => {
+                    let tls = TlsHandshake::client(cfg, dial.addr)?;
+                    (None, Some(PendingTls::Handshaking(Box::new(tls))))
+                }
+            };
             let sock = Socket::new(
                 Domain::for_address(dial.addr),
                 Type::STREAM,
@@ -107,10 +132,10 @@ impl Outbound {
                 Err(e) => return Err(NetError::from(e)),
             }
             let sock = poller.register_with(TcpStream::from(sock), key, true)?;
-            Ok((sock, hs))
+            Ok((sock, hs, tls))
         })();
         match made {
-            Ok((sock, hs)) => Ok(Outbound {
+            Ok((sock, hs, tls)) => Ok(Outbound {
                 sock,
                 key,
                 addr: dial.addr,
@@ -118,6 +143,7 @@ impl Outbound {
                 deadline: dial.deadline,
                 started: false,
                 hs,
+                tls,
                 registered: None,
                 done: dial.done,
             }),
@@ -126,13 +152,20 @@ impl Outbound {
     }
 
     /// Steps 3 and 4: as far as the socket's readiness and bytes go.
-    pub(crate) fn drive(&mut self, poller: &Poller) -> Progress {
+    pub(crate) fn drive(&mut self, poller: &Poller, me: &Identity) -> Progress {
         if !self.started {
             return self.connected(poller);
         }
         let mut buf = [0u8; 2048];
         loop {
             let n = match (&mut self.sock.get()).read(&mut buf) {
+                Ok(0) if matches!(self.tls, Some(PendingTls::Handshaking(_))) => {
+                    return Progress::Failed(NetError::Handshake(format!(
+                        "{}: the peer closed the connection in the TLS handshake \
+                         (a plain-TCP node?)",
+                        self.addr
+                    )))
+                }
                 Ok(0) => {
                     return Progress::Failed(NetError::Handshake(format!(
                         "{}: closed by the peer",
@@ -149,7 +182,19 @@ impl Outbound {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Progress::Failed(e.into()),
             };
-            let step = self.hs.feed(&buf[..n]);
+            let plain = match self.open_tls(&buf[..n], me) {
+                Ok(p) => p,
+                Err(e) => return Progress::Failed(crate::handshake::at(e, &self.addr.to_string())),
+            };
+            let data = match &plain {
+                None => &buf[..n],
+                Some(p) if p.is_empty() => continue,
+                Some(p) => &p[..],
+            };
+            let Some(hs) = self.hs.as_mut() else {
+                return Progress::Failed(NetError::Handshake("bytes before TLS was up".into()));
+            };
+            let step = hs.feed(data);
             if let Err(e) = self.flush() {
                 return Progress::Failed(e);
             }
@@ -196,21 +241,73 @@ impl Outbound {
         }
     }
 
+    /// With TLS, feeds `data` to it: `Some` plaintext for the cookie
+    /// handshake (empty while TLS is still in its handshake), the TLS
+    /// answer written, and the cookie handshake made (its first message
+    /// written) once TLS is up. `None` without TLS.
+    fn open_tls(&mut self, data: &[u8], me: &Identity) -> Result<Option<Vec<u8>>, NetError> {
+        let Some(tls) = self.tls.as_mut() else {
+            return Ok(None);
+        };
+        let (answer, plain) = tls.feed(data);
+        self.write(&answer)?;
+        let plain = plain.map_err(|e| match e {
+            // The peer's alert, in a record after the handshake.
+            NetError::Io(io) if io.kind() == io::ErrorKind::ConnectionAborted => {
+                NetError::Handshake(format!("TLS: {io}"))
+            }
+            e => e,
+        })?;
+        if self.hs.is_none() {
+            if let Some(PendingTls::Up(up)) = &self.tls {
+                self.hs = Some(Handshake::initiator_bound(me, Some(up.binding))?);
+                self.flush()?;
+            }
+        }
+        Ok(Some(plain))
+    }
+
+    /// With TLS, once it is up: the peer's certificate.
+    pub(crate) fn tls_cert(&self) -> Option<&rustls::pki_types::CertificateDer<'static>> {
+        match &self.tls {
+            Some(PendingTls::Up(up)) => Some(&up.cert),
+            _ => None,
+        }
+    }
+
     /// After [`Progress::Register`]: `keep` = the slot was ours to claim.
     pub(crate) fn confirm(&mut self, keep: bool) -> Result<(), NetError> {
-        self.hs.confirm(keep)?;
+        let hs = self.hs.as_mut().ok_or(NetError::Closed)?;
+        hs.confirm(keep)?;
         self.flush()
     }
 
-    /// Writes the handshake's output. It is small (a few hundred bytes) and
-    /// the socket's buffer empty, so a write that would block is a peer that
-    /// does not read: a failure.
+    /// Writes what the handshakes have to send: TLS's own flight while it
+    /// is in its handshake, then the cookie handshake's output (in TLS
+    /// records once TLS is up).
     fn flush(&mut self) -> Result<(), NetError> {
-        if !self.hs.has_output() {
+        let mut out = match self.tls.as_mut() {
+            Some(PendingTls::Handshaking(t)) => t.take_output(),
+            _ => Vec::new(),
+        };
+        if let Some(hs) = self.hs.as_mut().filter(|hs| hs.has_output()) {
+            let plain = hs.take_output();
+            match self.tls.as_mut() {
+                None => out = plain,
+                Some(tls) => out.extend_from_slice(&tls.seal(&plain)?),
+            }
+        }
+        self.write(&out)
+    }
+
+    /// Writes handshake bytes. They are few (a few kilobytes at most, a
+    /// certificate chain) and the socket's buffer empty, so a write that
+    /// would block is a peer that does not read: a failure.
+    fn write(&mut self, out: &[u8]) -> Result<(), NetError> {
+        if out.is_empty() {
             return Ok(());
         }
-        let out = self.hs.take_output();
-        match (&mut self.sock.get()).write(&out) {
+        match (&mut self.sock.get()).write(out) {
             Ok(n) if n == out.len() => Ok(()),
             Ok(_) => Err(NetError::Handshake(format!(
                 "{}: the peer does not read",
@@ -220,14 +317,23 @@ impl Outbound {
         }
     }
 
-    /// The socket, out of the poller, for the connection it becomes.
-    pub(crate) fn into_parts(self) -> (TcpStream, Handshake, Done, u64, Option<String>) {
+    /// The socket, out of the poller, with the handshakes, for the
+    /// connection it becomes (`None`: the cookie handshake never began).
+    pub(crate) fn into_parts(self) -> (TcpStream, Option<(Handshake, Option<TlsUp>)>, Abandoned) {
+        let tls = match self.tls {
+            Some(PendingTls::Up(up)) => Some(*up),
+            _ => None,
+        };
+        let hs = self.hs.map(|hs| (hs, tls));
         (
             self.sock.into_inner(),
-            self.hs,
-            self.done,
-            self.token,
-            self.registered,
+            hs,
+            (self.done, self.token, self.registered),
         )
+    }
+
+    /// Given up: what must be told and released.
+    pub(crate) fn abandon(self) -> Abandoned {
+        (self.done, self.token, self.registered)
     }
 }

@@ -17,8 +17,8 @@
 //! Every handle goes into `State::threads`; [`Transport::shutdown`] joins
 //! them all. Outbound handshakes run on the caller of `connect`, or, for
 //! [`Transport::connect_then`], on the first thread's poller as inbound
-//! ones do (`outbound.rs`; with TLS or extra lanes, on a `graft-net-dial`
-//! thread started for the one connect).
+//! ones do (`outbound.rs`, TLS included; with extra lanes, on a
+//! `graft-net-dial` thread started for the one connect).
 //!
 //! # Pending handshakes
 //!
@@ -389,9 +389,9 @@ impl Transport {
     /// Unlike `connect`, it does not wait for another connection between
     /// the two nodes to come up: when one is coming up (both connected to
     /// each other at once) the result is [`NetError::Duplicate`], and
-    /// `connect` is the way to wait for it. With TLS or extra
-    /// [`lanes`](NetConfig::lanes) the handshake is `connect`'s, on a thread
-    /// started for it.
+    /// `connect` is the way to wait for it. Over TLS the TLS handshake
+    /// runs on the poller too. With extra [`lanes`](NetConfig::lanes) the
+    /// handshake is `connect`'s, on a thread started for it.
     ///
     /// ```
     /// use std::sync::{mpsc, Arc};
@@ -605,19 +605,19 @@ fn take_late(queued: &mut std::collections::VecDeque<Dial>, now: Instant) -> Vec
 /// read ahead)`. The cookie handshake's session keys on plain TCP; over TLS,
 /// the TLS connection's (the handshake ran inside it).
 fn record_keys(
-    tio: Option<TlsIo>,
+    tls: Option<(TlsUp, Vec<u8>)>,
     session: crate::session::Session,
     rest: Vec<u8>,
 ) -> (Sealer, crate::session::Opener, Vec<u8>, Vec<u8>) {
-    match tio {
+    match tls {
         None => {
             let (s, o) = session.split();
             (s, o, rest, Vec::new())
         }
-        Some(mut io) => {
+        Some((up, mut read)) => {
             let mut plain = rest;
-            plain.append(&mut io.plain);
-            (io.up.sealer, io.up.opener, io.up.raw, plain)
+            plain.append(&mut read);
+            (up.sealer, up.opener, up.raw, plain)
         }
     }
 }
@@ -1020,7 +1020,7 @@ impl Inner {
                     o.addr,
                     NetError::Timeout
                 );
-                let (_, _, done, token, registered) = o.into_parts();
+                let (done, token, registered) = o.abandon();
                 self.release(registered.as_deref(), token);
                 finished.push((done, Err(NetError::Timeout)));
             }
@@ -1042,7 +1042,7 @@ impl Inner {
         drop(pending);
         // Closed: no dial is queued any more (see `connect_then`).
         queued.extend(std::mem::take(&mut *self.dials.lock()));
-        let left = (outbound.into_values().map(|o| o.into_parts().2))
+        let left = (outbound.into_values().map(|o| o.abandon().0))
             .chain(queued.into_iter().map(|d| d.done));
         Self::finish(left.map(|done| (done, Err(NetError::Shutdown))).collect());
         if index == 0 {
@@ -1755,8 +1755,8 @@ impl Inner {
 
     /// [`Transport::connect_then`].
     fn connect_then(self: &Arc<Self>, addr: SocketAddr, done: Done) {
-        if self.cfg.tls.is_some() || self.cfg.lanes > 1 {
-            // `connect`'s handshake, on a thread of its own.
+        if self.cfg.lanes > 1 {
+            // `connect`'s handshake and its lanes', on a thread of its own.
             let slot = Arc::new(Mutex::new(Some(done)));
             let (me, mine) = (self.clone(), slot.clone());
             let spawned = self.spawn("graft-net-dial", move || {
@@ -1814,6 +1814,7 @@ impl Inner {
             let started = Outbound::start(
                 dial,
                 &self.me,
+                self.cfg.tls.as_ref(),
                 &self.io[0].poller,
                 key,
                 token,
@@ -1826,6 +1827,17 @@ impl Inner {
                 Err((dial, e)) => finished.push((dial.done, Err(e))),
             }
         }
+    }
+
+    /// At an outbound connection's `Register` (step 4): over TLS the
+    /// peer's certificate must name the node that answered, as in
+    /// `connect`; then the name's slot (`true`: ours to claim).
+    fn register_dialed(&self, o: &Outbound, hello: &Hello) -> Result<bool, NetError> {
+        if let Some(cfg) = &self.cfg.tls {
+            let cert = (o.tls_cert()).ok_or_else(|| NetError::Handshake("no TLS".into()))?;
+            crate::tls::check_name(cfg, cert, &hello.name)?;
+        }
+        self.register_outbound(o.token, hello)
     }
 
     /// The announced connection to `name`.
@@ -1844,9 +1856,9 @@ impl Inner {
         let Some(o) = outbound.get_mut(&key) else {
             return;
         };
-        let end = match o.drive(&self.io[0].poller) {
+        let end = match o.drive(&self.io[0].poller, &self.me) {
             Progress::Waiting => return,
-            Progress::Register(hello) => match self.register_outbound(o.token, &hello) {
+            Progress::Register(hello) => match self.register_dialed(o, &hello) {
                 Err(e) => Progress::Failed(e),
                 Ok(keep) => {
                     if keep {
@@ -1864,12 +1876,16 @@ impl Inner {
         };
         let o = outbound.remove(&key).expect("driven");
         let addr = o.addr;
-        let (stream, mut hs, done, token, registered) = o.into_parts();
+        let (stream, hs, (done, token, registered)) = o.into_parts();
         let res = match end {
-            Progress::Up(hello) => {
-                let (session, rest) = hs.take_session();
-                self.up_outbound(stream, &hello, token, session, rest)
-            }
+            Progress::Up(hello) => match hs {
+                Some((mut hs, tls)) => {
+                    let (session, rest) = hs.take_session();
+                    self.up_outbound(stream, &hello, token, session, tls, rest)
+                }
+                // `Up` comes from the cookie handshake only.
+                None => Err(NetError::Handshake("up with no handshake".into())),
+            },
             Progress::Duplicate(hello) => {
                 log::debug!(
                     "graft-net: already connected to {} (or connecting)",
@@ -1900,13 +1916,15 @@ impl Inner {
         hello: &Hello,
         token: u64,
         session: crate::session::Session,
+        tls: Option<TlsUp>,
         rest: Vec<u8>,
     ) -> Result<PeerInfo, NetError> {
         if self.cfg.io == IoMode::Threads {
             stream.set_nonblocking(false)?;
         }
         self.configure(&stream, hello)?;
-        let (sealer, opener, raw, plain) = record_keys(None, session, rest);
+        let (sealer, opener, raw, plain) =
+            record_keys(tls.map(|up| (up, Vec::new())), session, rest);
         let conn = self.commit_outbound(token, hello, &stream, sealer)?;
         let reader = Reader {
             src: SealedReader::new(stream.try_clone()?, opener, &raw).with_plain(plain),
@@ -1963,7 +1981,8 @@ impl Inner {
                 .configure(stream, &hello)
                 .map_err(NetError::from)
                 .and_then(|()| {
-                    let (sealer, opener, raw, plain) = record_keys(tio.take(), session, rest);
+                    let (sealer, opener, raw, plain) =
+                        record_keys(tio.take().map(|io| (io.up, io.plain)), session, rest);
                     opened = Some((opener, raw, plain));
                     self.commit_outbound(token, &hello, stream, sealer)
                 }),
@@ -2245,7 +2264,8 @@ impl Inner {
             }
         };
         self.configure(stream, &hello)?;
-        let (sealer, opener, raw, plain) = record_keys(tio.take(), session, rest);
+        let (sealer, opener, raw, plain) =
+            record_keys(tio.take().map(|io| (io.up, io.plain)), session, rest);
         let group = crate::conn::Group {
             lanes: main.group.lanes,
             index,

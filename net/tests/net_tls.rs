@@ -55,17 +55,38 @@ fn tls_node(name: &str, t: TlsConfig) -> NetConfig {
         .connect_timeout(Duration::from_secs(10))
 }
 
-fn refused(from: NetConfig, to: NetConfig) -> String {
+/// The errors of a `connect` from `from` to `to`, then of a
+/// `connect_then` (the poller's handshake), both refused.
+fn refused(from: NetConfig, to: NetConfig) -> [String; 2] {
     init_log();
     let (a, _ra) = start(from);
     let (b, rb) = start(to);
     let err = a.connect(b.local_addr()).expect_err("refused");
+    let (r, who) = connect_then(&a, b.local_addr());
+    let polled = r.expect_err("refused on the poller too");
+    assert_eq!(who, "graft-net-io");
     assert!(a.peers().is_empty() && b.peers().is_empty());
     assert!(rb.ups().is_empty());
     a.shutdown();
     b.shutdown();
-    eprintln!("refused: {err}");
-    err.to_string()
+    eprintln!("refused: {err}; on the poller: {polled}");
+    [err.to_string(), polled.to_string()]
+}
+
+/// `connect_then`'s result, and the name of the thread that told it.
+fn connect_then(
+    t: &graft_net::Transport,
+    addr: std::net::SocketAddr,
+) -> (Result<graft_net::PeerInfo, graft_net::NetError>, String) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    t.connect_then(
+        addr,
+        Box::new(move |r| {
+            let who = std::thread::current().name().unwrap_or("").to_string();
+            let _ = tx.send((r, who));
+        }),
+    );
+    rx.recv_timeout(GUARD).expect("connect_then answered")
 }
 
 #[test]
@@ -99,23 +120,110 @@ fn two_tls_nodes_exchange_frames_in_tls_records() {
     b.shutdown();
 }
 
+/// `connect_then` over TLS: the TLS handshake and the cookie handshake
+/// inside it run on the I/O thread (no thread per connect), and the
+/// connection carries frames both ways in TLS records.
+#[test]
+fn a_tls_connect_then_runs_on_the_io_thread() {
+    init_log();
+    let ca = ca("graft test CA");
+    let (a, ra) = start(tls_node("a", tls(&ca, &["a"], false)));
+    // All the connects below come from 127.0.0.1: room for them all.
+    let (b, rb) = start(tls_node("b", tls(&ca, &["b"], false)).max_pending_per_address(64));
+    let (r, who) = connect_then(&a, b.local_addr());
+    let peer = r.unwrap();
+    assert_eq!((peer.name.as_str(), who.as_str()), ("b", "graft-net-io"));
+    let big = vec![7u8; 300_000];
+    a.send(peer.id, FIRST_USER_KIND, b"small").unwrap();
+    a.send(peer.id, FIRST_USER_KIND + 1, &big).unwrap();
+    rb.wait_for("both frames", |ev| count_frames(ev) == 2);
+    let frames = rb.frames_from(rb.ups()[0].id);
+    assert_eq!(frames[0].1, b"small");
+    assert_eq!(frames[1].1, big);
+    b.send(rb.ups()[0].id, FIRST_USER_KIND, b"back").unwrap();
+    ra.wait_for("the answer", |ev| count_frames(ev) == 1);
+    // Twelve at once from as many nodes, to one: all up.
+    let many: Vec<_> = (0..12)
+        .map(|i| {
+            let name = format!("m{i}");
+            start(tls_node(&name, tls(&ca, &[&name], false)))
+        })
+        .collect();
+    let (tx, rx) = std::sync::mpsc::channel();
+    for (t, _) in &many {
+        let tx = tx.clone();
+        t.connect_then(b.local_addr(), Box::new(move |r| tx.send(r).unwrap()));
+    }
+    for _ in 0..many.len() {
+        let r = rx.recv_timeout(GUARD).expect("answered");
+        assert_eq!(r.unwrap().name, "b");
+    }
+    for (t, _) in many {
+        t.shutdown();
+    }
+    a.shutdown();
+    b.shutdown();
+}
+
+/// As an attacker answering a TLS `connect_then`: silence, garbage, a
+/// hang-up, a TLS record header of absurd length. Each costs the caller a
+/// bounded wait and an error; the I/O thread goes on serving.
+#[test]
+fn a_tls_connect_then_to_a_bad_peer_fails_cleanly() {
+    init_log();
+    let ca = ca("graft test CA");
+    let (a, _ra) =
+        start(tls_node("a", tls(&ca, &["a"], false)).connect_timeout(Duration::from_millis(500)));
+    let peer = |answer: &'static [u8], hang_up: bool| {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            let mut hello = [0u8; 512];
+            let _ = s.read(&mut hello);
+            let _ = s.write_all(answer);
+            if !hang_up {
+                std::thread::sleep(Duration::from_secs(2));
+            }
+        });
+        addr
+    };
+    let silent = connect_then(&a, peer(b"", false)).0.expect_err("silent");
+    assert!(matches!(silent, graft_net::NetError::Timeout), "{silent}");
+    let garbage =
+        (connect_then(&a, peer(b"HTTP/1.1 400 Bad Request\r\n\r\n", true)).0).expect_err("garbage");
+    assert!(garbage.to_string().contains("TLS"), "{garbage}");
+    let gone = connect_then(&a, peer(b"", true)).0.expect_err("hung up");
+    assert!(gone.to_string().contains("plain-TCP"), "{gone}");
+    let bomb =
+        (connect_then(&a, peer(&[22, 3, 3, 0xff, 0xff, 0, 0], true)).0).expect_err("a length bomb");
+    assert!(bomb.to_string().contains("TLS"), "{bomb}");
+    // A real peer still connects.
+    let (b, _rb) = start(tls_node("b", tls(&ca, &["b"], false)));
+    assert_eq!(connect_then(&a, b.local_addr()).0.unwrap().name, "b");
+    a.shutdown();
+    b.shutdown();
+}
+
 #[test]
 fn a_certificate_of_another_ca_is_refused() {
     let (good, other) = (ca("graft test CA"), ca("someone else's CA"));
     // The acceptor's certificate is of another CA: the connecting side
     // refuses it itself.
-    let e = refused(
+    for e in refused(
         tls_node("a", tls(&good, &["a"], false)),
         tls_node("b", tls_with_roots(&other, &good, "b")),
-    );
-    assert!(e.contains("unknown issuer"), "{e}");
+    ) {
+        assert!(e.contains("unknown issuer"), "{e}");
+    }
     // The connecting side's certificate is of another CA: the acceptor
     // refuses it, and says so in an alert.
-    let e = refused(
+    for e in refused(
         tls_node("a", tls_with_roots(&other, &good, "a")),
         tls_node("b", tls(&good, &["b"], false)),
-    );
-    assert!(e.contains("unknown_ca"), "{e}");
+    ) {
+        assert!(e.contains("unknown_ca"), "{e}");
+    }
 }
 
 /// A certificate of `issuer` for `name`, trusting `trust`.
@@ -127,33 +235,37 @@ fn tls_with_roots(issuer: &Ca, trust: &Ca, name: &str) -> TlsConfig {
 #[test]
 fn an_expired_certificate_is_refused() {
     let ca = ca("graft test CA");
-    let e = refused(
+    for e in refused(
         tls_node("a", tls(&ca, &["a"], false)),
         tls_node("b", tls(&ca, &["b"], true)),
-    );
-    assert!(e.contains("expired"), "{e}");
-    let e = refused(
+    ) {
+        assert!(e.contains("expired"), "{e}");
+    }
+    for e in refused(
         tls_node("a", tls(&ca, &["a"], true)),
         tls_node("b", tls(&ca, &["b"], false)),
-    );
-    assert!(e.contains("certificate_expired"), "{e}");
+    ) {
+        assert!(e.contains("certificate_expired"), "{e}");
+    }
 }
 
 #[test]
 fn a_certificate_naming_another_node_is_refused() {
     let ca = ca("graft test CA");
     // b presents a good certificate of the CA, but for "c".
-    let e = refused(
+    for e in refused(
         tls_node("a", tls(&ca, &["a"], false)),
         tls_node("b", tls(&ca, &["c"], false)),
-    );
-    assert!(e.contains("name mismatch") && e.contains("\"b\""), "{e}");
+    ) {
+        assert!(e.contains("name mismatch") && e.contains("\"b\""), "{e}");
+    }
     // a's certificate names "z": b refuses it, and says so in an alert.
-    let e = refused(
+    for e in refused(
         tls_node("a", tls(&ca, &["z"], false)),
         tls_node("b", tls(&ca, &["b"], false)),
-    );
-    assert!(e.contains("bad_certificate"), "{e}");
+    ) {
+        assert!(e.contains("bad_certificate"), "{e}");
+    }
     // Without name checks the same pair connects.
     init_log();
     let (a, _) = start(tls_node(
@@ -175,11 +287,12 @@ fn a_certificate_naming_another_node_is_refused() {
 #[test]
 fn plain_tcp_and_tls_refuse_each_other() {
     let ca = ca("graft test CA");
-    let e = refused(
+    for e in refused(
         tls_node("a", tls(&ca, &["a"], false)),
         config("b", "tls-cookie"),
-    );
-    assert!(e.contains("TLS") && e.contains("plain-TCP"), "{e}");
+    ) {
+        assert!(e.contains("TLS") && e.contains("plain-TCP"), "{e}");
+    }
     let (b, rb) = start(tls_node("b", tls(&ca, &["b"], false)));
     let (a, _) = start(config("a", "tls-cookie"));
     let err = a.connect(b.local_addr()).expect_err("refused");
