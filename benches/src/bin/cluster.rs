@@ -16,9 +16,17 @@
 //!   (threads and RSS of the hosting processes, divided by their nodes);
 //! - `heartbeat_cpu_percent_nN`: CPU of the idle cluster over 2 s
 //!   (`GRAFT_CLUSTER_IDLE_S`), per node, in percent of one core;
-//! - `detect_ms_nN`: one hosting process is killed (`SIGKILL`: its sockets
-//!   are closed by the kernel), until every other node has dropped its
-//!   nodes.
+//! - `detect_ms_nN`: a node is killed (`SIGKILL` of a hosting process that
+//!   holds that one node: the kernel closes its sockets at once), until
+//!   every other node has dropped it;
+//! - `detect_silent_ms_nN`: a node halts with its sockets open (`SIGSTOP`
+//!   of another one-node host: its kernel still accepts and acknowledges,
+//!   nothing answers, as a hung machine), until every other node has
+//!   dropped it: the dead window, the probe and the flood;
+//! - `detect_host_ms_nN`: a hosting process of N/4 nodes is killed
+//!   (`SIGKILL`), until every other node has dropped all of them. At
+//!   N = 1,000 its kernel takes about 5 s to tear down 250 nodes before it
+//!   closes their sockets, so most are found as silent peers, all at once.
 //!
 //! `GRAFT_CLUSTER_TOPOLOGY=partial` runs the nodes on the partial overlay
 //! (`Topology::Partial`; the metric names then end in `_partial`); the
@@ -33,7 +41,10 @@
 //! The parent re-executes itself as `cluster --host K --nodes M --seeds
 //! ADDR,... --n N`: each host starts M nodes, prints `started <unix ms>`
 //! once they are started and `ready <unix ms>` once all its
-//! nodes see N-1 peers, then answers `stats` and `watch` on stdin.
+//! nodes see N-1 peers, then answers `stats` and `watch G` (report once
+//! every node has G fewer peers) on stdin. The first `HOSTS` hosts hold
+//! the nodes, their first nodes the seeds; `LONE` more hold one node each,
+//! the victims of the first two detection figures.
 
 use graft::discovery::StaticSeeds;
 use graft::{Node, NodeConfig};
@@ -42,7 +53,11 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+/// Hosts of many nodes each.
 const HOSTS: usize = 4;
+/// Hosts of one node each (killed, then halted, for the detection
+/// figures), beside the `HOSTS`.
+const LONE: usize = 2;
 
 fn unix_ms() -> f64 {
     SystemTime::now()
@@ -63,7 +78,7 @@ fn main() {
         .map(|v| v.split(',').filter_map(|s| s.trim().parse().ok()).collect())
         .unwrap_or_else(|| vec![16, 64]);
     for n in sizes {
-        run(n.max(HOSTS));
+        run(n.max(HOSTS + LONE));
     }
 }
 
@@ -132,9 +147,14 @@ fn run(n: usize) {
     drop(held);
     let exe = std::env::current_exe().expect("current_exe");
     let t0 = unix_ms();
-    let mut hosts: Vec<Host> = (0..HOSTS)
+    let many = n - LONE;
+    let mut hosts: Vec<Host> = (0..HOSTS + LONE)
         .map(|k| {
-            let per = n / HOSTS + usize::from(k < n % HOSTS);
+            let per = if k < HOSTS {
+                many / HOSTS + usize::from(k < many % HOSTS)
+            } else {
+                1
+            };
             let mut child = Command::new(&exe)
                 .args(["--host", &k.to_string(), "--nodes", &per.to_string()])
                 .args(["--seeds", &seeds, "--n", &n.to_string()])
@@ -214,20 +234,38 @@ fn run(n: usize) {
         "%",
         cpu / nf,
     );
-    // Kill the last host; the others report when they no longer see it.
-    for h in &mut hosts[..HOSTS - 1] {
-        h.say("watch");
-        h.expect("watching");
-    }
-    let mut victim = hosts.pop().expect("a host");
-    let killed = unix_ms();
-    let _ = victim.child.kill();
-    let _ = victim.child.wait();
-    let detected = hosts
-        .iter()
-        .map(|h| h.expect("detected").parse::<f64>().expect("a time"))
-        .fold(0.0, f64::max);
-    report("cluster", &metric("detect_ms", n), "ms", detected - killed);
+    // A lone node killed, then one halted, then a host of many killed;
+    // the hosts left report when they no longer see the victims.
+    let halted = hosts.pop().expect("a lone host");
+    let killed = hosts.pop().expect("a lone host");
+    let detect = |hosts: &mut [Host], gone: usize, strike: &dyn Fn()| {
+        for h in hosts.iter_mut() {
+            h.say(&format!("watch {gone}"));
+            h.expect("watching");
+        }
+        let t = unix_ms();
+        strike();
+        let detected = hosts
+            .iter()
+            .map(|h| h.expect("detected").parse::<f64>().expect("a time"))
+            .fold(0.0, f64::max);
+        detected - t
+    };
+    let signal = |h: &Host, sig: libc::c_int| {
+        // SAFETY: `kill` with the pid of a child this process started and
+        // has not waited for (so the pid is still that child's).
+        unsafe { libc::kill(h.child.id() as libc::pid_t, sig) };
+    };
+    let ms = detect(&mut hosts, 1, &|| signal(&killed, libc::SIGKILL));
+    report("cluster", &metric("detect_ms", n), "ms", ms);
+    let ms = detect(&mut hosts, 1, &|| signal(&halted, libc::SIGSTOP));
+    report("cluster", &metric("detect_silent_ms", n), "ms", ms);
+    drop((killed, halted));
+    let victim = hosts.pop().expect("a host");
+    let gone = many / HOSTS;
+    let ms = detect(&mut hosts, gone, &|| signal(&victim, libc::SIGKILL));
+    report("cluster", &metric("detect_host_ms", n), "ms", ms);
+    drop(victim);
     for mut h in hosts {
         h.say("exit");
         let _ = h.child.wait();
@@ -317,7 +355,7 @@ fn host(args: &[String]) {
             // The first node is this host's seed, and joins through the
             // first host's; the others know every host's seed.
             let node = match i {
-                0 => cfg(seeds[k], &seeds[..1]),
+                0 if k < HOSTS => cfg(seeds[k], &seeds[..1]),
                 _ => cfg("127.0.0.1:0", &seeds),
             };
             Node::start(node).expect("a node")
@@ -372,12 +410,11 @@ fn host(args: &[String]) {
                 let _ = writeln!(out, "stats {conns} {} {} {cpu}", threads(), rss_bytes());
                 (cpu_start, t0) = (cpu_seconds(), Instant::now());
             }
-            "watch" => {
+            watch if watch.starts_with("watch ") => {
+                let gone: usize = watch[6..].parse().expect("watch G");
                 let before: Vec<usize> = nodes.iter().map(Node::node_count).collect();
                 let _ = writeln!(out, "watching");
                 let _ = out.flush();
-                // The victim hosts n / HOSTS nodes (the last share).
-                let gone = n / HOSTS;
                 while !nodes
                     .iter()
                     .zip(&before)
