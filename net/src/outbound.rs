@@ -34,6 +34,20 @@
 //! value), and its messages travel in TLS records. At step 4's `Register`
 //! the peer's certificate must name the node that answered
 //! (`tls::check_name`), as in a blocking `connect`.
+//!
+//! # Extra lanes
+//!
+//! With [`lanes`](crate::NetConfig::lanes) above 1, a first connection
+//! that is up is committed to its name's slot but not announced: the
+//! transport keeps it in a `LaneGroup` and starts an outbound attempt for
+//! each extra lane (`Outbound::lane`: the first connection's key and the
+//! lane's claim, which its handshake carries). A lane's `Register` claims
+//! no slot: the node that answers must be the first connection's (name
+//! and creation) and, over TLS, its certificate must name it. Once every
+//! lane is up, the group is announced and joins an I/O thread together,
+//! and `done` is told; if any lane fails (or runs out of time, or the
+//! transport shuts down) the whole group is dropped and `done` told why,
+//! as `connect` does. So a connect with lanes holds no thread either.
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -41,7 +55,7 @@ use std::time::Instant;
 
 use socket2::{Domain, Protocol, Socket, Type};
 
-use crate::handshake::{Handshake, Hello, Identity, Step};
+use crate::handshake::{Handshake, Hello, Identity, LaneReq, Step};
 use crate::poll::{Poller, Registered};
 use crate::tls::{PendingTls, TlsHandshake, TlsUp};
 use crate::{NetError, PeerInfo, TlsConfig};
@@ -78,6 +92,9 @@ pub(crate) struct Outbound {
     tls: Option<PendingTls>,
     /// The name whose slot this attempt holds, once it holds one.
     pub(crate) registered: Option<String>,
+    /// An extra lane: the key of its group's first connection, and its
+    /// claim (see "Extra lanes").
+    pub(crate) lane: Option<(usize, LaneReq)>,
     done: Done,
 }
 
@@ -97,22 +114,41 @@ pub(crate) enum Progress {
     Failed(NetError),
 }
 
+/// The initiator's handshake: this node's, or an extra lane's (`claim`).
+fn initiator(
+    me: &Identity,
+    claim: Option<&LaneReq>,
+    binding: Option<[u8; 32]>,
+) -> Result<Handshake, NetError> {
+    match claim {
+        None => Handshake::initiator_bound(me, binding),
+        Some(req) => {
+            let mut me = me.clone();
+            me.lane = Some(req.clone());
+            Handshake::initiator_bound(&me, binding)
+        }
+    }
+}
+
 impl Outbound {
     /// Step 2: a non-blocking connect to `dial.addr`, registered on
     /// `poller` under `key` for writability. On an error the dial is handed
     /// back with it.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn start(
         dial: Dial,
         me: &Identity,
         tls: Option<&TlsConfig>,
+        lane: Option<(usize, LaneReq)>,
         poller: &Poller,
         key: usize,
         token: u64,
         unsent: usize,
     ) -> Result<Outbound, (Dial, NetError)> {
+        let claim = lane.as_ref().map(|(_, req)| req);
         let made = (|| {
             let (hs, tls) = match tls {
-                None => (Some(Handshake::initiator_bound(me, None)?), None),
+                None => (Some(initiator(me, claim, None)?), None),
                 Some(cfg) => {
                     let tls = TlsHandshake::client(cfg, dial.addr)?;
                     (None, Some(PendingTls::Handshaking(Box::new(tls))))
@@ -145,6 +181,7 @@ impl Outbound {
                 hs,
                 tls,
                 registered: None,
+                lane,
                 done: dial.done,
             }),
             Err(e) => Err((dial, e)),
@@ -260,7 +297,8 @@ impl Outbound {
         })?;
         if self.hs.is_none() {
             if let Some(PendingTls::Up(up)) = &self.tls {
-                self.hs = Some(Handshake::initiator_bound(me, Some(up.binding))?);
+                let claim = self.lane.as_ref().map(|(_, req)| req);
+                self.hs = Some(initiator(me, claim, Some(up.binding))?);
                 self.flush()?;
             }
         }

@@ -17,8 +17,7 @@
 //! Every handle goes into `State::threads`; [`Transport::shutdown`] joins
 //! them all. Outbound handshakes run on the caller of `connect`, or, for
 //! [`Transport::connect_then`], on the first thread's poller as inbound
-//! ones do (`outbound.rs`, TLS included; with extra lanes, on a
-//! `graft-net-dial` thread started for the one connect).
+//! ones do (`outbound.rs`, TLS and extra lanes included).
 //!
 //! # Pending handshakes
 //!
@@ -185,6 +184,32 @@ struct Forming {
     /// Lane `i` at `i - 1`: the connection, and its reader once built.
     lanes: Vec<Option<(Arc<Conn>, Option<Reader>)>>,
     deadline: Instant,
+}
+
+/// A connect's first connection, committed to its slot and not announced,
+/// while its extra lanes are dialled on the poller (`outbound.rs`, "Extra
+/// lanes"); kept by I/O thread 0 under the first connection's key.
+struct LaneGroup {
+    main: Arc<Conn>,
+    reader: Reader,
+    /// Lane `i` at `i - 1`, once up.
+    lanes: Vec<Option<(Arc<Conn>, Reader)>>,
+    done: Done,
+}
+
+/// I/O thread 0's outbound attempts, lane groups and next poller key.
+type Dialing<'a> = (
+    &'a mut HashMap<usize, Outbound>,
+    &'a mut HashMap<usize, LaneGroup>,
+    &'a mut usize,
+);
+
+/// What an outbound connection that the acceptor kept came to.
+enum Upped {
+    /// Announced and served.
+    Announced(PeerInfo),
+    /// Committed; its extra lanes are to be opened.
+    Lanes(Arc<Conn>, Reader),
 }
 
 struct State {
@@ -390,8 +415,8 @@ impl Transport {
     /// the two nodes to come up: when one is coming up (both connected to
     /// each other at once) the result is [`NetError::Duplicate`], and
     /// `connect` is the way to wait for it. Over TLS the TLS handshake
-    /// runs on the poller too. With extra [`lanes`](NetConfig::lanes) the
-    /// handshake is `connect`'s, on a thread started for it.
+    /// runs on the poller too, and with extra [`lanes`](NetConfig::lanes)
+    /// every lane's handshake; the peer is announced once all are up.
     ///
     /// ```
     /// use std::sync::{mpsc, Arc};
@@ -877,6 +902,7 @@ impl Inner {
         // for one of them to end, and the completions of this turn, called
         // once no lock is held.
         let mut outbound: HashMap<usize, Outbound> = HashMap::new();
+        let mut groups: HashMap<usize, LaneGroup> = HashMap::new();
         let mut queued: std::collections::VecDeque<Dial> = Default::default();
         let mut finished = Vec::new();
         let mut events = Events::new();
@@ -958,7 +984,8 @@ impl Inner {
                     continue;
                 }
                 if outbound.contains_key(&ev.key) {
-                    self.drive_outbound(&mut outbound, ev.key, &mut finished);
+                    let dials = (&mut outbound, &mut groups, &mut next_key);
+                    self.drive_outbound(dials, ev.key, &mut finished);
                     continue;
                 }
                 self.drive_pending(&mut pending, ev.key);
@@ -1014,7 +1041,16 @@ impl Inner {
                 .map(|(k, _)| *k)
                 .collect();
             for key in late {
-                let o = outbound.remove(&key).expect("late");
+                // A lane's group may have gone with an earlier one.
+                let Some(o) = outbound.remove(&key) else {
+                    continue;
+                };
+                if let Some((of, _)) = o.lane {
+                    drop(o);
+                    let e = NetError::Timeout;
+                    self.lanes_failed(&mut outbound, &mut groups, of, e, &mut finished);
+                    continue;
+                }
                 log::warn!(
                     "graft-net: connecting to {} failed: {}",
                     o.addr,
@@ -1042,6 +1078,14 @@ impl Inner {
         drop(pending);
         // Closed: no dial is queued any more (see `connect_then`).
         queued.extend(std::mem::take(&mut *self.dials.lock()));
+        for g in groups.into_values() {
+            for (c, _) in g.lanes.iter().flatten() {
+                self.abandon(c, NetError::Shutdown);
+            }
+            self.abandon(&g.main, NetError::Shutdown);
+            finished.push((g.done, Err(NetError::Shutdown)));
+        }
+        Self::finish(std::mem::take(&mut finished));
         let left = (outbound.into_values().map(|o| o.abandon().0))
             .chain(queued.into_iter().map(|d| d.done));
         Self::finish(left.map(|done| (done, Err(NetError::Shutdown))).collect());
@@ -1755,23 +1799,6 @@ impl Inner {
 
     /// [`Transport::connect_then`].
     fn connect_then(self: &Arc<Self>, addr: SocketAddr, done: Done) {
-        if self.cfg.lanes > 1 {
-            // `connect`'s handshake and its lanes', on a thread of its own.
-            let slot = Arc::new(Mutex::new(Some(done)));
-            let (me, mine) = (self.clone(), slot.clone());
-            let spawned = self.spawn("graft-net-dial", move || {
-                let r = me.connect(addr);
-                if let Some(done) = mine.lock().take() {
-                    done(r);
-                }
-            });
-            if let Err(e) = spawned {
-                if let Some(done) = slot.lock().take() {
-                    done(Err(e));
-                }
-            }
-            return;
-        }
         let deadline = Instant::now() + self.cfg.connect_timeout;
         {
             let st = self.state.lock();
@@ -1815,6 +1842,7 @@ impl Inner {
                 dial,
                 &self.me,
                 self.cfg.tls.as_ref(),
+                None,
                 &self.io[0].poller,
                 key,
                 token,
@@ -1832,12 +1860,31 @@ impl Inner {
     /// At an outbound connection's `Register` (step 4): over TLS the
     /// peer's certificate must name the node that answered, as in
     /// `connect`; then the name's slot (`true`: ours to claim).
-    fn register_dialed(&self, o: &Outbound, hello: &Hello) -> Result<bool, NetError> {
+    /// An extra lane claims no slot: the node that answers must be its
+    /// first connection's.
+    fn register_dialed(
+        &self,
+        o: &Outbound,
+        hello: &Hello,
+        groups: &HashMap<usize, LaneGroup>,
+    ) -> Result<bool, NetError> {
         if let Some(cfg) = &self.cfg.tls {
             let cert = (o.tls_cert()).ok_or_else(|| NetError::Handshake("no TLS".into()))?;
             crate::tls::check_name(cfg, cert, &hello.name)?;
         }
-        self.register_outbound(o.token, hello)
+        let Some((of, req)) = &o.lane else {
+            return self.register_outbound(o.token, hello);
+        };
+        let main = &(groups.get(of))
+            .ok_or_else(|| NetError::Handshake("the lane's first connection is gone".into()))?
+            .main;
+        if hello.name != main.info.name || hello.creation != main.info.creation {
+            return Err(NetError::Handshake(format!(
+                "lane {} to {} answered by {} (another node)",
+                req.index, main.info.name, hello.name
+            )));
+        }
+        Ok(true)
     }
 
     /// The announced connection to `name`.
@@ -1849,7 +1896,7 @@ impl Inner {
     /// ended goes to `finished`.
     fn drive_outbound(
         self: &Arc<Self>,
-        outbound: &mut HashMap<usize, Outbound>,
+        (outbound, groups, next_key): Dialing<'_>,
         key: usize,
         finished: &mut Vec<(Done, Result<PeerInfo, NetError>)>,
     ) {
@@ -1858,10 +1905,10 @@ impl Inner {
         };
         let end = match o.drive(&self.io[0].poller, &self.me) {
             Progress::Waiting => return,
-            Progress::Register(hello) => match self.register_dialed(o, &hello) {
+            Progress::Register(hello) => match self.register_dialed(o, &hello, groups) {
                 Err(e) => Progress::Failed(e),
                 Ok(keep) => {
-                    if keep {
+                    if keep && o.lane.is_none() {
                         o.registered = Some(hello.name.clone());
                     }
                     match o.confirm(keep) {
@@ -1875,13 +1922,30 @@ impl Inner {
             end => end,
         };
         let o = outbound.remove(&key).expect("driven");
-        let addr = o.addr;
+        if let Some((of, req)) = &o.lane {
+            let (of, index) = (*of, req.index);
+            return self.lane_ended(outbound, groups, (of, index), o, end, finished);
+        }
+        let (addr, deadline) = (o.addr, o.deadline);
         let (stream, hs, (done, token, registered)) = o.into_parts();
         let res = match end {
             Progress::Up(hello) => match hs {
                 Some((mut hs, tls)) => {
                     let (session, rest) = hs.take_session();
-                    self.up_outbound(stream, &hello, token, session, tls, rest)
+                    match self.up_outbound(stream, &hello, token, session, tls, rest) {
+                        Ok(Upped::Announced(info)) => Ok(info),
+                        Ok(Upped::Lanes(main, reader)) => {
+                            let g = LaneGroup {
+                                main,
+                                reader,
+                                lanes: Vec::new(),
+                                done,
+                            };
+                            let dials = (outbound, groups, next_key);
+                            return self.dial_lanes(dials, key, g, (addr, deadline), finished);
+                        }
+                        Err(e) => Err(e),
+                    }
                 }
                 // `Up` comes from the cookie handshake only.
                 None => Err(NetError::Handshake("up with no handshake".into())),
@@ -1909,7 +1973,7 @@ impl Inner {
     }
 
     /// An outbound connection the acceptor keeps: committed to its slot,
-    /// announced, and served.
+    /// announced, and served; with extra lanes, committed only.
     fn up_outbound(
         self: &Arc<Self>,
         stream: TcpStream,
@@ -1918,7 +1982,7 @@ impl Inner {
         session: crate::session::Session,
         tls: Option<TlsUp>,
         rest: Vec<u8>,
-    ) -> Result<PeerInfo, NetError> {
+    ) -> Result<Upped, NetError> {
         if self.cfg.io == IoMode::Threads {
             stream.set_nonblocking(false)?;
         }
@@ -1930,7 +1994,136 @@ impl Inner {
             src: SealedReader::new(stream.try_clone()?, opener, &raw).with_plain(plain),
             dec: Decoder::new(READ_BUF, self.cfg.wire_frame_max()),
         };
-        self.start_outbound(&conn, reader)
+        if conn.group.lanes > 1 {
+            return Ok(Upped::Lanes(conn, reader));
+        }
+        self.start_outbound(&conn, reader).map(Upped::Announced)
+    }
+
+    /// Starts an outbound attempt for each extra lane of `g` (under the
+    /// first connection's `key`), with the connect's deadline.
+    fn dial_lanes(
+        self: &Arc<Self>,
+        (outbound, groups, next_key): Dialing<'_>,
+        key: usize,
+        mut g: LaneGroup,
+        (addr, deadline): (SocketAddr, Instant),
+        finished: &mut Vec<(Done, Result<PeerInfo, NetError>)>,
+    ) {
+        let (lanes, secret) = (g.main.group.lanes, g.main.group.secret.clone());
+        g.lanes = (1..lanes).map(|_| None).collect();
+        groups.insert(key, g);
+        for index in 1..lanes {
+            let claim = handshake::LaneReq {
+                index,
+                lanes,
+                session: secret.session(),
+                key: secret.key,
+                forged: None,
+            };
+            let dial = Dial {
+                addr,
+                deadline,
+                done: Box::new(|_| {}), // the group's `done` tells
+            };
+            let (k, token) = (*next_key, self.next_id());
+            *next_key += 1;
+            let started = Outbound::start(
+                dial,
+                &self.me,
+                self.cfg.tls.as_ref(),
+                Some((key, claim)),
+                &self.io[0].poller,
+                k,
+                token,
+                self.cfg.unsent_limit,
+            );
+            match started {
+                Ok(o) => {
+                    outbound.insert(k, o);
+                }
+                Err((_, e)) => return self.lanes_failed(outbound, groups, key, e, finished),
+            }
+        }
+    }
+
+    /// The extra lane `index` of the group under `of` ended: one more lane
+    /// up (the group announced and served once all are), or the group
+    /// dropped.
+    fn lane_ended(
+        self: &Arc<Self>,
+        outbound: &mut HashMap<usize, Outbound>,
+        groups: &mut HashMap<usize, LaneGroup>,
+        (of, index): (usize, u8),
+        o: Outbound,
+        end: Progress,
+        finished: &mut Vec<(Done, Result<PeerInfo, NetError>)>,
+    ) {
+        let (stream, hs, _) = o.into_parts();
+        let made = match (end, hs) {
+            (Progress::Up(hello), Some((mut hs, tls))) => match groups.get(&of) {
+                Some(g) => {
+                    let (session, rest) = hs.take_session();
+                    let tls = tls.map(|up| (up, Vec::new()));
+                    self.lane_conn(&g.main, index, &hello, &stream, session, tls, rest)
+                }
+                None => Err(NetError::Handshake(
+                    "the lane's first connection is gone".into(),
+                )),
+            },
+            (Progress::Duplicate(h), _) => Err(NetError::Handshake(format!(
+                "lane {index} refused by {} as a duplicate",
+                h.name
+            ))),
+            (Progress::Failed(e), _) => Err(e),
+            _ => Err(NetError::Handshake("up with no handshake".into())),
+        };
+        let lane = match made {
+            Ok(lane) => lane,
+            Err(e) => return self.lanes_failed(outbound, groups, of, e, finished),
+        };
+        let Some(g) = groups.get_mut(&of) else {
+            return;
+        };
+        g.lanes[usize::from(index) - 1] = Some(lane);
+        if g.lanes.iter().any(Option::is_none) {
+            return;
+        }
+        let g = groups.remove(&of).expect("complete");
+        let (conns, readers): (Vec<_>, Vec<_>) = g.lanes.into_iter().flatten().unzip();
+        g.main.set_lanes(conns);
+        self.announce(&g.main);
+        self.join_group(&g.main, g.reader, readers);
+        let res = match g.main.is_closed() {
+            false => Ok(g.main.info.clone()),
+            true => Err(g.main.reason()),
+        };
+        finished.push((g.done, res));
+    }
+
+    /// A lane of the group under `of` failed with `e`: the group's other
+    /// attempts stop, its connections close, and its `done` is told.
+    fn lanes_failed(
+        &self,
+        outbound: &mut HashMap<usize, Outbound>,
+        groups: &mut HashMap<usize, LaneGroup>,
+        of: usize,
+        e: NetError,
+        finished: &mut Vec<(Done, Result<PeerInfo, NetError>)>,
+    ) {
+        let Some(g) = groups.remove(&of) else {
+            return;
+        };
+        outbound.retain(|_, o| !matches!(&o.lane, Some((k, _)) if *k == of));
+        log::warn!(
+            "graft-net: a lane to {} failed: {e}; dropping the peer",
+            g.main.info.name
+        );
+        for (c, _) in g.lanes.iter().flatten() {
+            self.abandon(c, e.clone());
+        }
+        self.abandon(&g.main, e.clone());
+        finished.push((g.done, Err(e)));
     }
 
     /// Calls each `done` with its result, a panic caught and logged: the
@@ -2263,15 +2456,31 @@ impl Inner {
                 )))
             }
         };
-        self.configure(stream, &hello)?;
-        let (sealer, opener, raw, plain) =
-            record_keys(tio.take().map(|io| (io.up, io.plain)), session, rest);
+        let tls = tio.take().map(|io| (io.up, io.plain));
+        self.lane_conn(main, index, &hello, stream, session, tls, rest)
+    }
+
+    /// Extra lane `index` of `main`, its handshake done (on `connect`'s
+    /// thread or on the poller): the connection and its reader.
+    #[allow(clippy::too_many_arguments)]
+    fn lane_conn(
+        &self,
+        main: &Arc<Conn>,
+        index: u8,
+        hello: &Hello,
+        stream: &TcpStream,
+        session: crate::session::Session,
+        tls: Option<(TlsUp, Vec<u8>)>,
+        rest: Vec<u8>,
+    ) -> Result<(Arc<Conn>, Reader), NetError> {
+        self.configure(stream, hello)?;
+        let (sealer, opener, raw, plain) = record_keys(tls, session, rest);
         let group = crate::conn::Group {
             lanes: main.group.lanes,
             index,
             secret: main.group.secret.clone(),
         };
-        let conn = self.make_conn(main.info.clone(), &hello, stream, sealer, group)?;
+        let conn = self.make_conn(main.info.clone(), hello, stream, sealer, group)?;
         conn.set_main(main);
         let reader = Reader {
             src: SealedReader::new(stream.try_clone()?, opener, &raw).with_plain(plain),

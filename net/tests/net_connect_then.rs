@@ -298,17 +298,89 @@ fn outbound_handshakes_in_flight_are_bounded_and_the_rest_wait_their_turn() {
     a.shutdown();
 }
 
+/// With extra lanes the first connection and every lane are dialled on
+/// the I/O thread; the peer is announced once all are up, and frames of
+/// several senders (on their lanes) arrive, each sender's in order.
 #[test]
-fn with_extra_lanes_the_connect_runs_on_a_thread_of_its_own() {
+fn with_extra_lanes_every_lane_is_dialled_on_the_io_thread() {
     init_log();
-    let (a, _ra) = start(config("la", "c").lanes(2));
-    let (b, rb) = start(config("lb", "c").lanes(2));
+    let (a, _ra) = start(config("la", "c").lanes(3));
+    let (b, rb) = start(config("lb", "c").lanes(3));
     let (r, who) = connect(&a, b.local_addr());
     let info = r.unwrap();
-    assert_eq!(info.name, "lb");
-    assert_eq!(who, "graft-net-dial");
-    a.send(info.id, 40, b"x").unwrap();
-    rb.wait_for("the frame", |ev| count_frames(ev) == 1);
+    assert_eq!((info.name.as_str(), who.as_str()), ("lb", "graft-net-io"));
+    // Announced with its lanes: nothing is half up.
+    assert_eq!(a.peer_named("lb").unwrap().id, info.id);
+    let s = a.sender(info.id).unwrap();
+    for i in 0..300u32 {
+        s.send_keyed(u64::from(i % 3), 40, i.to_be_bytes().to_vec(), false)
+            .unwrap();
+    }
+    rb.wait_for("every frame", |ev| count_frames(ev) == 300);
+    let got = rb.frames_from(rb.ups()[0].id);
+    for key in 0..3u32 {
+        let mine: Vec<u32> = (got.iter())
+            .map(|(_, p)| u32::from_be_bytes(p[..4].try_into().unwrap()))
+            .filter(|i| i % 3 == key)
+            .collect();
+        assert!(
+            mine.windows(2).all(|w| w[0] < w[1]),
+            "key {key} out of order"
+        );
+        assert_eq!(mine.len(), 100);
+    }
     a.shutdown();
     b.shutdown();
+}
+
+/// A relay that passes the first connection through to `to` and hangs up
+/// every later one at once: a first connection that comes up, and lanes
+/// that cannot.
+fn first_only_relay(to: SocketAddr) -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let (first, _) = l.accept().unwrap();
+        let back = std::net::TcpStream::connect(to).unwrap();
+        for (mut from, mut into) in [
+            (first.try_clone().unwrap(), back.try_clone().unwrap()),
+            (back, first),
+        ] {
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut from, &mut into);
+                let _ = into.shutdown(std::net::Shutdown::Both);
+            });
+        }
+        for s in l.incoming() {
+            drop(s);
+        }
+    });
+    addr
+}
+
+/// A lane that cannot connect fails the whole connect, as `connect`
+/// does: an error, no peer left on either side, and the I/O thread goes on
+/// (a good peer connects after it).
+#[test]
+fn a_lane_that_fails_fails_the_connect_and_leaves_nothing() {
+    init_log();
+    let (a, ra) = start(config("la", "c").lanes(2));
+    let (b, rb) = start(
+        config("lb", "c")
+            .lanes(2)
+            .handshake_timeout(Duration::from_millis(500)),
+    );
+    let (r, who) = connect(&a, first_only_relay(b.local_addr()));
+    let e = r.expect_err("no lane");
+    assert_eq!(who, "graft-net-io");
+    eprintln!("lanes refused: {e}");
+    assert!(a.peers().is_empty());
+    assert!(ra.ups().is_empty(), "never announced");
+    wait_until("b drops the first connection", || b.peers().is_empty());
+    assert!(rb.ups().is_empty());
+    let (c, _rc) = start(config("lc", "c").lanes(2));
+    assert_eq!(connect(&a, c.local_addr()).0.unwrap().name, "lc");
+    a.shutdown();
+    b.shutdown();
+    c.shutdown();
 }

@@ -561,9 +561,23 @@ fn four_lanes_over_tls_each_run_tls_and_keep_order() {
             .io(graft_net::IoMode::Poller)
             .lanes(4)
     };
-    let (a, _ra) = start(lanes("a"));
-    let (b, rb) = start(lanes("b"));
-    let peer = a.connect(b.local_addr()).unwrap();
+    // `connect`, then `connect_then` (every lane's TLS on the poller).
+    for polled in [false, true] {
+        four_lanes(lanes("a"), lanes("b"), polled);
+    }
+}
+
+fn four_lanes(a: NetConfig, b: NetConfig, polled: bool) {
+    let (a, _ra) = start(a);
+    let (b, rb) = start(b);
+    let peer = match polled {
+        false => a.connect(b.local_addr()).unwrap(),
+        true => {
+            let (r, who) = connect_then(&a, b.local_addr());
+            assert_eq!(who, "graft-net-io");
+            r.unwrap()
+        }
+    };
     let s = a.sender(peer.id).unwrap();
     assert_eq!(s.lanes(), 4);
     for i in 0..400u64 {
