@@ -10,27 +10,14 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use common::*;
-use graft_net::{IoMode, NetError, PeerInfo, Transport};
-
-/// `connect_then`'s result, and the name of the thread that told it.
-fn connect(t: &Transport, addr: SocketAddr) -> (Result<PeerInfo, NetError>, String) {
-    let (tx, rx) = mpsc::channel();
-    t.connect_then(
-        addr,
-        Box::new(move |r| {
-            let who = std::thread::current().name().unwrap_or("").to_string();
-            let _ = tx.send((r, who));
-        }),
-    );
-    rx.recv_timeout(GUARD).expect("connect_then answered")
-}
+use graft_net::{IoMode, NetError};
 
 #[test]
 fn a_connect_runs_on_the_io_thread_and_carries_frames_both_ways() {
     init_log();
     let (a, ra) = start(config("a", "c"));
     let (b, rb) = start(config("b", "c"));
-    let (r, who) = connect(&a, b.local_addr());
+    let (r, who) = connect_then(&a, b.local_addr());
     let info = r.unwrap();
     assert_eq!(info.name, "b");
     assert_eq!(who, "graft-net-io");
@@ -43,7 +30,7 @@ fn a_connect_runs_on_the_io_thread_and_carries_frames_both_ways() {
     ra.wait_for("b's frame", |ev| count_frames(ev) == 1);
     assert_eq!(ra.frames_from(info.id), vec![(41, b"ba".to_vec())]);
     // A second connect to the same address is the same connection.
-    let (again, _) = connect(&a, b.local_addr());
+    let (again, _) = connect_then(&a, b.local_addr());
     assert_eq!(again.unwrap().id, info.id);
     a.shutdown();
     b.shutdown();
@@ -91,7 +78,7 @@ fn the_threads_transport_connects_the_same_way() {
     init_log();
     let (a, _ra) = start(config("ta", "c").io(IoMode::Threads));
     let (b, rb) = start(config("tb", "c").io(IoMode::Threads));
-    let (r, who) = connect(&a, b.local_addr());
+    let (r, who) = connect_then(&a, b.local_addr());
     let info = r.unwrap();
     assert_eq!(who, "graft-net-accpt");
     a.send(info.id, 40, b"x").unwrap();
@@ -108,12 +95,12 @@ fn a_closed_port_fails_and_a_wrong_cookie_is_refused() {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap()
     };
-    match connect(&a, closed).0 {
+    match connect_then(&a, closed).0 {
         Err(NetError::Io(e)) => assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused),
         r => panic!("expected a refused connect, got {r:?}"),
     }
     let (other, _ro) = start(config("other", "not-c"));
-    match connect(&a, other.local_addr()).0 {
+    match connect_then(&a, other.local_addr()).0 {
         Err(NetError::Auth { .. }) => {}
         r => panic!("expected an authentication failure, got {r:?}"),
     }
@@ -147,7 +134,7 @@ fn silent_slow_and_garbage_peers_cost_a_bounded_wait_and_an_error() {
             while matches!(s.read(&mut buf), Ok(n) if n > 0) {}
         });
     });
-    assert!(matches!(connect(&a, silent).0, Err(NetError::Timeout)));
+    assert!(matches!(connect_then(&a, silent).0, Err(NetError::Timeout)));
     // Announces a small frame, then sends it a byte at a time, slower
     // than the deadline allows.
     let slow = fake_peer(|mut s| {
@@ -163,23 +150,23 @@ fn silent_slow_and_garbage_peers_cost_a_bounded_wait_and_an_error() {
             }
         });
     });
-    let r = connect(&a, slow).0;
+    let r = connect_then(&a, slow).0;
     assert!(matches!(r, Err(NetError::Timeout)), "{r:?}");
     // Answers garbage: a frame header claiming a huge length.
     let garbage = fake_peer(|mut s| {
         let _ = s.write_all(&[0xff; 64]);
         std::thread::sleep(Duration::from_millis(200));
     });
-    match connect(&a, garbage).0 {
+    match connect_then(&a, garbage).0 {
         Err(NetError::Handshake(_) | NetError::Protocol(_)) => {}
         r => panic!("expected a handshake error, got {r:?}"),
     }
     // Hangs up at once.
     let rude = fake_peer(drop);
-    assert!(connect(&a, rude).0.is_err());
+    assert!(connect_then(&a, rude).0.is_err());
     // None of it is left over: a real peer still connects.
     let (b, _rb) = start(config("b", "c"));
-    assert_eq!(connect(&a, b.local_addr()).0.unwrap().name, "b");
+    assert_eq!(connect_then(&a, b.local_addr()).0.unwrap().name, "b");
     b.shutdown();
     a.shutdown();
 }
@@ -249,7 +236,7 @@ fn a_panicking_completion_leaves_the_io_thread_serving() {
     let (c, _rc) = start(config("c", "c"));
     a.connect_then(b.local_addr(), Box::new(|_| panic!("a careless callback")));
     wait_until("b up", || a.peer_named("b").is_some());
-    assert_eq!(connect(&a, c.local_addr()).0.unwrap().name, "c");
+    assert_eq!(connect_then(&a, c.local_addr()).0.unwrap().name, "c");
     for t in [&a, &b, &c] {
         t.shutdown();
     }
@@ -306,7 +293,7 @@ fn with_extra_lanes_every_lane_is_dialled_on_the_io_thread() {
     init_log();
     let (a, _ra) = start(config("la", "c").lanes(3));
     let (b, rb) = start(config("lb", "c").lanes(3));
-    let (r, who) = connect(&a, b.local_addr());
+    let (r, who) = connect_then(&a, b.local_addr());
     let info = r.unwrap();
     assert_eq!((info.name.as_str(), who.as_str()), ("lb", "graft-net-io"));
     // Announced with its lanes: nothing is half up.
@@ -370,7 +357,7 @@ fn a_lane_that_fails_fails_the_connect_and_leaves_nothing() {
             .lanes(2)
             .handshake_timeout(Duration::from_millis(500)),
     );
-    let (r, who) = connect(&a, first_only_relay(b.local_addr()));
+    let (r, who) = connect_then(&a, first_only_relay(b.local_addr()));
     let e = r.expect_err("no lane");
     assert_eq!(who, "graft-net-io");
     eprintln!("lanes refused: {e}");
@@ -379,7 +366,7 @@ fn a_lane_that_fails_fails_the_connect_and_leaves_nothing() {
     wait_until("b drops the first connection", || b.peers().is_empty());
     assert!(rb.ups().is_empty());
     let (c, _rc) = start(config("lc", "c").lanes(2));
-    assert_eq!(connect(&a, c.local_addr()).0.unwrap().name, "lc");
+    assert_eq!(connect_then(&a, c.local_addr()).0.unwrap().name, "lc");
     a.shutdown();
     b.shutdown();
     c.shutdown();

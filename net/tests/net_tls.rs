@@ -73,22 +73,6 @@ fn refused(from: NetConfig, to: NetConfig) -> [String; 2] {
     [err.to_string(), polled.to_string()]
 }
 
-/// `connect_then`'s result, and the name of the thread that told it.
-fn connect_then(
-    t: &graft_net::Transport,
-    addr: std::net::SocketAddr,
-) -> (Result<graft_net::PeerInfo, graft_net::NetError>, String) {
-    let (tx, rx) = std::sync::mpsc::channel();
-    t.connect_then(
-        addr,
-        Box::new(move |r| {
-            let who = std::thread::current().name().unwrap_or("").to_string();
-            let _ = tx.send((r, who));
-        }),
-    );
-    rx.recv_timeout(GUARD).expect("connect_then answered")
-}
-
 #[test]
 fn two_tls_nodes_exchange_frames_in_tls_records() {
     init_log();

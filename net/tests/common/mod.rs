@@ -213,3 +213,19 @@ pub fn stalled_peer(
     });
     (client, s, 256 * chunk.len())
 }
+
+/// `connect_then`'s result, and the name of the thread that told it.
+pub fn connect_then(
+    t: &Transport,
+    addr: std::net::SocketAddr,
+) -> (Result<PeerInfo, NetError>, String) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    t.connect_then(
+        addr,
+        Box::new(move |r| {
+            let who = std::thread::current().name().unwrap_or("").to_string();
+            let _ = tx.send((r, who));
+        }),
+    );
+    rx.recv_timeout(GUARD).expect("connect_then answered")
+}
