@@ -73,12 +73,16 @@ pub struct NodeDown {
 /// [`AutoConnect`] (on [`NodeConfig`](crate::NodeConfig)) says what happens
 /// on the first use of a pid of a node that is known (its name and address
 /// were seen: connected once, or named to [`connect_name`]) but not
-/// connected now: a send, an alias send, or a [`request`](crate::request).
+/// connected now: a send, an alias send, a [`request`](crate::request), or
+/// a remote spawn, call or name lookup ([`spawn_on`](crate::spawn_on),
+/// [`call_on`](crate::call_on), [`whereis_on`](crate::whereis_on)).
 /// A send starts a connection (on the transport's poller) and its frame is held
 /// (in order, up to 8 MiB per node) until the connection is up, then sent;
 /// dropped if the connection fails, as a send to an unreachable node is.
-/// A request connects first, parking the caller. Monitors and links do not
-/// auto-connect: they report `NoConnection` at once.
+/// A request, spawn, call or lookup connects first, parking the caller.
+/// Monitors and links do not auto-connect on the full mesh: they report
+/// `NoConnection` at once (on the partial overlay they connect, see
+/// `overlay.rs`).
 ///
 ///
 /// ```

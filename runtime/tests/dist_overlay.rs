@@ -357,6 +357,37 @@ fn three_node_tour_on_the_partial_overlay() {
     common::three_nodes_spawn_call_monitor_and_lose_one(node(), node(), node());
 }
 
+/// A remote spawn, call and name lookup to a member this node is not
+/// connected to (found by gossip, outside its active view) connect first,
+/// as a send does: on the full mesh every member is connected, and this is
+/// what passes there.
+#[test]
+fn requests_to_a_member_outside_the_view_connect_first() {
+    let _s = serial();
+    let nodes = cluster(16);
+    // A pair with no connection between them (not even an on-demand one).
+    let unconnected = |a: &Node, b: &Node| {
+        a.id() != b.id() && !a.stats().peers.iter().any(|p| p.name == b.name())
+    };
+    let (a, b) = (nodes.iter())
+        .flat_map(|a| nodes.iter().map(move |b| (a, b)))
+        .find(|(a, b)| unconnected(a, b))
+        .expect("two members with no connection");
+    let bid = b.id();
+    let got = a
+        .run(move || {
+            let sq = call_on(bid, 9u64, |x| x * x).unwrap();
+            let p = spawn_on(bid, (), |()| {}).unwrap();
+            let none = whereis_on("nobody-here", bid).unwrap();
+            (sq, p.node(), none)
+        })
+        .unwrap();
+    assert_eq!(got, (81, bid, None));
+    for x in nodes {
+        x.shutdown();
+    }
+}
+
 #[test]
 fn monitor_nodes_follows_membership() {
     let _s = serial();

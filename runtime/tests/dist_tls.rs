@@ -73,3 +73,56 @@ fn a_node_of_another_ca_cannot_join() {
     assert!(e.to_string().contains("unknown issuer"), "{e}");
     assert!(a.nodes().is_empty() && x.nodes().is_empty());
 }
+
+/// The partial overlay over TLS: its dials (joins, neighbours, probes, the
+/// on-demand connections) run TLS on the poller (`connect_then`). Twelve
+/// nodes form one cluster, each holding fewer connections than the rest,
+/// and a call reaches a node that was found through the overlay.
+#[test]
+fn a_partial_overlay_forms_over_tls() {
+    let _ = env_logger::builder().is_test(true).try_init();
+    let k = ca("cluster CA");
+    const N: usize = 12;
+    let nodes: Vec<Node> = (0..N)
+        .map(|_| {
+            Node::start(
+                NodeConfig::new("127.0.0.1:0")
+                    .workers(1)
+                    .cookie("sealed")
+                    .tls(tls(&k, &k))
+                    .heartbeat(Duration::from_millis(500))
+                    .max_pending_per_address(64)
+                    .topology(Topology::Partial),
+            )
+            .expect("node starts")
+        })
+        .collect();
+    for i in 1..N {
+        let contact = nodes[(i - 1) / 2].addr();
+        let mut tries = 0;
+        while let Err(e) = nodes[i].connect(contact) {
+            tries += 1;
+            assert!(tries < 10, "cannot join: {e}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    // Hang guard only (a debug build on a loaded machine is slow).
+    let t = std::time::Instant::now();
+    while !nodes.iter().all(|x| x.nodes().len() == N - 1) {
+        assert!(t.elapsed() < Duration::from_secs(120), "no one cluster");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for x in &nodes {
+        assert!(x.overlay_view().expect("partial").active.len() < N - 1);
+    }
+    // From the last node to the first: an on-demand connection if the
+    // overlay holds none between them.
+    let first = nodes[0].id();
+    let sq = nodes[N - 1]
+        .run(move || call_on(first, 7u64, |x| x * x).unwrap())
+        .unwrap();
+    assert_eq!(sq, 49);
+    for x in nodes {
+        x.shutdown();
+    }
+}

@@ -66,13 +66,20 @@ pub fn node_name(id: NodeId) -> Option<String> {
 /// How long a remote request (spawn, whereis) waits for its answer at most.
 pub(crate) const REMOTE_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Sends a request to `node` and waits for its `DistReply`.
+/// Sends a request to `node` and waits for its `DistReply`. A known node
+/// that is not connected is connected first, the caller parked, as
+/// [`AutoConnect`](crate::AutoConnect) allows (on the partial overlay most
+/// members are not connected: `spawn_on` a member found by gossip is
+/// this).
 pub(crate) fn remote_request(
     node: NodeId,
     make: impl FnOnce(u64, Pid) -> Ctl,
 ) -> Result<Option<Pid>, Error> {
     let me = current("remote request");
     let n = self::node();
+    if let Some(w) = context::worker() {
+        n.dist.mon.ensure_connected(&w.node, node);
+    }
     let req = n.dist.next_req();
     n.dist.request(node, me.pid, req, &make(req, me.pid))?;
     receive()
