@@ -106,3 +106,18 @@ pub fn three_nodes_spawn_call_monitor_and_lose_one(a: Node, b: Node, c: Node) {
     let v = a.run(move || call_on(b_id, 7u32, |x| x + 1)).unwrap();
     assert_eq!(v.unwrap(), 8);
 }
+
+/// Joins `nodes` into one cluster as a binary tree (node `i` connects to
+/// node `(i - 1) / 2`), trying a join again on a loaded machine where a
+/// handshake timed out.
+pub fn join_tree(nodes: &[Node]) {
+    for i in 1..nodes.len() {
+        let contact = nodes[(i - 1) / 2].addr();
+        let mut tries = 0;
+        while let Err(e) = nodes[i].connect(contact) {
+            tries += 1;
+            assert!(tries < 10, "cannot join: {e}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}

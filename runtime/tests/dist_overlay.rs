@@ -47,16 +47,7 @@ fn cluster(n: usize) -> Vec<Node> {
 fn cluster_of(n: usize, cfg: impl Fn() -> NodeConfig) -> Vec<Node> {
     let _ = env_logger::builder().is_test(true).try_init();
     let nodes: Vec<Node> = (0..n).map(|_| Node::start(cfg()).unwrap()).collect();
-    for i in 1..nodes.len() {
-        let contact = nodes[(i - 1) / 2].addr();
-        // A handshake may time out on a loaded machine: try again.
-        let mut tries = 0;
-        while let Err(e) = nodes[i].connect(contact) {
-            tries += 1;
-            assert!(tries < 10, "cannot join: {e}");
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
+    common::join_tree(&nodes);
     let t = Instant::now();
     let mut last = Instant::now();
     within("one cluster", 120, || {

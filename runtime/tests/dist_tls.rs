@@ -97,15 +97,7 @@ fn a_partial_overlay_forms_over_tls() {
             .expect("node starts")
         })
         .collect();
-    for i in 1..N {
-        let contact = nodes[(i - 1) / 2].addr();
-        let mut tries = 0;
-        while let Err(e) = nodes[i].connect(contact) {
-            tries += 1;
-            assert!(tries < 10, "cannot join: {e}");
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
+    common::join_tree(&nodes);
     // Hang guard only (a debug build on a loaded machine is slow).
     let t = std::time::Instant::now();
     while !nodes.iter().all(|x| x.nodes().len() == N - 1) {
