@@ -223,10 +223,11 @@ struct State {
 }
 
 impl State {
-    /// `name`'s connection, once it is up and announced.
+    /// `name`'s connection, once it is up and announced, and not closed
+    /// (a closed one stays in its slot until its down is reported).
     fn announced(&self, name: &str) -> Option<PeerInfo> {
         match self.names.get(name) {
-            Some(Slot::Up(c)) if c.is_announced() => Some(c.info.clone()),
+            Some(Slot::Up(c)) if c.is_announced() && !c.is_closed() => Some(c.info.clone()),
             _ => None,
         }
     }
