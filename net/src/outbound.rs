@@ -49,7 +49,7 @@
 //! transport shuts down) the whole group is dropped and `done` told why,
 //! as `connect` does. So a connect with lanes holds no thread either.
 
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Instant;
 
@@ -197,11 +197,8 @@ impl Outbound {
         loop {
             let n = match (&mut self.sock.get()).read(&mut buf) {
                 Ok(0) if matches!(self.tls, Some(PendingTls::Handshaking(_))) => {
-                    return Progress::Failed(NetError::Handshake(format!(
-                        "{}: the peer closed the connection in the TLS handshake \
-                         (a plain-TCP node?)",
-                        self.addr
-                    )))
+                    let e = crate::tls::closed_in_handshake();
+                    return Progress::Failed(crate::handshake::at(e, &self.addr.to_string()));
                 }
                 Ok(0) => {
                     return Progress::Failed(NetError::Handshake(format!(
@@ -288,13 +285,7 @@ impl Outbound {
         };
         let (answer, plain) = tls.feed(data);
         self.write(&answer)?;
-        let plain = plain.map_err(|e| match e {
-            // The peer's alert, in a record after the handshake.
-            NetError::Io(io) if io.kind() == io::ErrorKind::ConnectionAborted => {
-                NetError::Handshake(format!("TLS: {io}"))
-            }
-            e => e,
-        })?;
+        let plain = plain.map_err(crate::tls::alert_as_handshake)?;
         if self.hs.is_none() {
             if let Some(PendingTls::Up(up)) = &self.tls {
                 let claim = self.lane.as_ref().map(|(_, req)| req);
@@ -338,21 +329,11 @@ impl Outbound {
         self.write(&out)
     }
 
-    /// Writes handshake bytes. They are few (a few kilobytes at most, a
-    /// certificate chain) and the socket's buffer empty, so a write that
-    /// would block is a peer that does not read: a failure.
     fn write(&mut self, out: &[u8]) -> Result<(), NetError> {
         if out.is_empty() {
             return Ok(());
         }
-        match (&mut self.sock.get()).write(out) {
-            Ok(n) if n == out.len() => Ok(()),
-            Ok(_) => Err(NetError::Handshake(format!(
-                "{}: the peer does not read",
-                self.addr
-            ))),
-            Err(e) => Err(e.into()),
-        }
+        crate::pending::write_handshake(self.sock.get(), out)
     }
 
     /// The socket, out of the poller, with the handshakes, for the

@@ -202,10 +202,18 @@ impl Pending {
     }
 
     fn write(&mut self, out: &[u8]) -> Result<(), NetError> {
-        match (&mut self.sock.get()).write(out) {
-            Ok(n) if n == out.len() => Ok(()),
-            Ok(_) => Err(NetError::Handshake("the peer does not read".into())),
-            Err(e) => Err(e.into()),
-        }
+        write_handshake(self.sock.get(), out)
+    }
+}
+
+/// Writes handshake bytes on a non-blocking socket, either side's. They
+/// are few (a few kilobytes at most, a certificate chain) and the socket's
+/// buffer empty, so a write that would block is a peer that does not
+/// read: a failure.
+pub(crate) fn write_handshake(mut sock: &TcpStream, out: &[u8]) -> Result<(), NetError> {
+    match sock.write(out) {
+        Ok(n) if n == out.len() => Ok(()),
+        Ok(_) => Err(NetError::Handshake("the peer does not read".into())),
+        Err(e) => Err(e.into()),
     }
 }

@@ -376,6 +376,20 @@ fn not_tls() -> NetError {
     tls_err("the peer does not speak TLS (a plain-TCP graft node?)")
 }
 
+/// The peer hung up before the TLS handshake was done.
+pub(crate) fn closed_in_handshake() -> NetError {
+    tls_err("the peer closed the connection in the TLS handshake (a plain-TCP node?)")
+}
+
+/// A connecting side's error in the cookie handshake over TLS, as told:
+/// the peer's alert (read as an aborted connection) is a TLS refusal.
+pub(crate) fn alert_as_handshake(e: NetError) -> NetError {
+    match e {
+        NetError::Io(io) if io.kind() == io::ErrorKind::ConnectionAborted => tls_err(io),
+        e => e,
+    }
+}
+
 fn cert_reason(c: &rustls::CertificateError) -> String {
     use rustls::CertificateError as C;
     match c {
@@ -410,11 +424,7 @@ pub(crate) fn connect(
         }
         s.set_read_timeout(Some(left))?;
         let n = match s.read(&mut buf) {
-            Ok(0) => {
-                return Err(tls_err(
-                    "the peer closed the connection in the TLS handshake (a plain-TCP node?)",
-                ))
-            }
+            Ok(0) => return Err(closed_in_handshake()),
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Err(NetError::Timeout),

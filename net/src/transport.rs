@@ -1728,13 +1728,7 @@ impl Inner {
                 .and_then(|up| {
                     self.outbound_handshake(&mut stream, Some(up), token, deadline, patience)
                 })
-                .map_err(|e| match e {
-                    // An alert of the peer, read in the cookie handshake.
-                    NetError::Io(io) if io.kind() == io::ErrorKind::ConnectionAborted => {
-                        NetError::Handshake(format!("TLS: {io}"))
-                    }
-                    e => e,
-                }),
+                .map_err(crate::tls::alert_as_handshake),
         };
         self.untrack(token);
         if res.is_err() && self.state.lock().closed {
