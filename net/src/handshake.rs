@@ -106,6 +106,14 @@ pub(crate) struct Identity {
 }
 
 impl Identity {
+    /// This identity opening extra lane `claim` of a session.
+    pub(crate) fn with_lane(&self, claim: LaneReq) -> Identity {
+        Identity {
+            lane: Some(claim),
+            ..self.clone()
+        }
+    }
+
     /// This node as `cfg` describes it, announcing `listen_addr` unless
     /// the configuration advertises another address.
     pub(crate) fn new(cfg: &NetConfig, listen_addr: SocketAddr, cookie: &str) -> Identity {

@@ -122,11 +122,7 @@ fn initiator(
 ) -> Result<Handshake, NetError> {
     match claim {
         None => Handshake::initiator_bound(me, binding),
-        Some(req) => {
-            let mut me = me.clone();
-            me.lane = Some(req.clone());
-            Handshake::initiator_bound(&me, binding)
-        }
+        Some(req) => Handshake::initiator_bound(&me.with_lane(req.clone()), binding),
     }
 }
 

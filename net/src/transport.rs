@@ -648,6 +648,28 @@ fn record_keys(
     }
 }
 
+/// What extra lane `index` of `main` claims in its handshake.
+fn lane_claim(main: &Conn, index: u8) -> handshake::LaneReq {
+    handshake::LaneReq {
+        index,
+        lanes: main.group.lanes,
+        session: main.group.secret.session(),
+        key: main.group.secret.key,
+        forged: None,
+    }
+}
+
+/// An extra lane of `main` must be answered by `main`'s node.
+fn same_node(main: &Conn, index: u8, hello: &Hello) -> Result<(), NetError> {
+    if hello.name == main.info.name && hello.creation == main.info.creation {
+        return Ok(());
+    }
+    Err(NetError::Handshake(format!(
+        "lane {index} to {} answered by {} (another node)",
+        main.info.name, hello.name
+    )))
+}
+
 /// The error a handler's panic closes its connection with.
 fn panic_reason(p: Box<dyn std::any::Any + Send>) -> NetError {
     let what = p
@@ -1863,23 +1885,29 @@ impl Inner {
         hello: &Hello,
         groups: &HashMap<usize, LaneGroup>,
     ) -> Result<bool, NetError> {
-        if let Some(cfg) = &self.cfg.tls {
-            let cert = (o.tls_cert()).ok_or_else(|| NetError::Handshake("no TLS".into()))?;
-            crate::tls::check_name(cfg, cert, &hello.name)?;
-        }
+        self.check_cert(o.tls_cert(), &hello.name)?;
         let Some((of, req)) = &o.lane else {
             return self.register_outbound(o.token, hello);
         };
         let main = &(groups.get(of))
             .ok_or_else(|| NetError::Handshake("the lane's first connection is gone".into()))?
             .main;
-        if hello.name != main.info.name || hello.creation != main.info.creation {
-            return Err(NetError::Handshake(format!(
-                "lane {} to {} answered by {} (another node)",
-                req.index, main.info.name, hello.name
-            )));
-        }
+        same_node(main, req.index, hello)?;
         Ok(true)
+    }
+
+    /// A connecting side's check of the node that answered: over TLS, the
+    /// certificate the TLS handshake showed must name it.
+    fn check_cert(
+        &self,
+        cert: Option<&rustls::pki_types::CertificateDer<'static>>,
+        name: &str,
+    ) -> Result<(), NetError> {
+        match (&self.cfg.tls, cert) {
+            (None, _) => Ok(()),
+            (Some(cfg), Some(cert)) => crate::tls::check_name(cfg, cert, name),
+            (Some(_), None) => Err(NetError::Handshake("no TLS certificate".into())),
+        }
     }
 
     /// The announced connection to `name`.
@@ -2005,17 +2033,11 @@ impl Inner {
         (addr, deadline): (SocketAddr, Instant),
         finished: &mut Vec<(Done, Result<PeerInfo, NetError>)>,
     ) {
-        let (lanes, secret) = (g.main.group.lanes, g.main.group.secret.clone());
+        let (lanes, g_main) = (g.main.group.lanes, g.main.clone());
         g.lanes = (1..lanes).map(|_| None).collect();
         groups.insert(key, g);
         for index in 1..lanes {
-            let claim = handshake::LaneReq {
-                index,
-                lanes,
-                session: secret.session(),
-                key: secret.key,
-                forged: None,
-            };
+            let claim = lane_claim(&g_main, index);
             let dial = Dial {
                 addr,
                 deadline,
@@ -2146,9 +2168,7 @@ impl Inner {
         let mut registered = None;
         let cert = tls.as_ref().map(|up| up.cert.clone());
         let register = |h: &Hello| {
-            if let (Some(cfg), Some(cert)) = (&self.cfg.tls, &cert) {
-                crate::tls::check_name(cfg, cert, &h.name)?;
-            }
+            self.check_cert(cert.as_ref(), &h.name)?;
             let ok = self.register_outbound(token, h)?;
             if ok {
                 registered = Some(h.name.clone());
@@ -2413,25 +2433,11 @@ impl Inner {
             None => None,
             Some(cfg) => Some(crate::tls::connect(stream, cfg, deadline)?),
         };
-        let mut me = self.me.clone();
-        me.lane = Some(handshake::LaneReq {
-            index,
-            lanes: main.group.lanes,
-            session: main.group.secret.session(),
-            key: main.group.secret.key,
-            forged: None,
-        });
+        let me = self.me.with_lane(lane_claim(main, index));
         let cert = tls.as_ref().map(|up| up.cert.clone());
         let check = |h: &Hello| {
-            if let (Some(cfg), Some(cert)) = (&self.cfg.tls, &cert) {
-                crate::tls::check_name(cfg, cert, &h.name)?;
-            }
-            if h.name != main.info.name || h.creation != main.info.creation {
-                return Err(NetError::Handshake(format!(
-                    "lane {index} to {} answered by {} (another node)",
-                    main.info.name, h.name
-                )));
-            }
+            self.check_cert(cert.as_ref(), &h.name)?;
+            same_node(main, index, h)?;
             Ok(true)
         };
         let mut tio = match tls {
