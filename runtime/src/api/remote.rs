@@ -63,6 +63,13 @@ pub fn node_name(id: NodeId) -> Option<String> {
     w.node.dist.peer_info(id).map(|(name, _)| name)
 }
 
+/// Whether `node`, not connected, is now (auto-connect, the caller
+/// parked meanwhile).
+#[cold]
+fn reconnected(node: NodeId) -> bool {
+    context::worker().is_some_and(|w| w.node.dist.mon.ensure_connected(&w.node, node))
+}
+
 /// How long a remote request (spawn, whereis) waits for its answer at most.
 pub(crate) const REMOTE_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -77,11 +84,15 @@ pub(crate) fn remote_request(
 ) -> Result<Option<Pid>, Error> {
     let me = current("remote request");
     let n = self::node();
-    if let Some(w) = context::worker() {
-        n.dist.mon.ensure_connected(&w.node, node);
-    }
     let req = n.dist.next_req();
-    n.dist.request(node, me.pid, req, &make(req, me.pid))?;
+    let ctl = make(req, me.pid);
+    // The connection is looked up once on the way that finds it.
+    match n.dist.request(node, me.pid, req, &ctl) {
+        Err(Error::NoConnection(_)) if reconnected(node) => {
+            n.dist.request(node, me.pid, req, &ctl)?
+        }
+        r => r?,
+    }
     receive()
         .when(move |r: &DistReply| r.req == req, |r: DistReply| r.result)
         .timeout(REMOTE_TIMEOUT)
