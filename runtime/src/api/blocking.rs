@@ -46,7 +46,14 @@ type Slot<R> = std::sync::Arc<parking_lot::Mutex<Option<Option<R>>>>;
 /// from any thread. Dropped without one (its operation was abandoned), it
 /// wakes the process all the same, with nothing.
 pub(crate) struct Completion<R> {
-    parts: Option<(Slot<R>, Weak<Process>, Weak<NodeShared>)>,
+    parts: Option<(Slot<R>, Waiter)>,
+}
+
+/// Who waits for a [`Completion`]: a parked process, or (outside one) a
+/// parked thread.
+enum Waiter {
+    Process(Weak<Process>, Weak<NodeShared>),
+    Thread(std::thread::Thread),
 }
 
 impl<R> Completion<R> {
@@ -56,12 +63,17 @@ impl<R> Completion<R> {
     }
 
     fn give(&mut self, r: Option<R>) {
-        let Some((slot, process, node)) = self.parts.take() else {
+        let Some((slot, waiter)) = self.parts.take() else {
             return;
         };
         *slot.lock() = Some(r);
-        if let (Some(p), Some(n)) = (process.upgrade(), node.upgrade()) {
-            n.wake(&p);
+        match waiter {
+            Waiter::Process(process, node) => {
+                if let (Some(p), Some(n)) = (process.upgrade(), node.upgrade()) {
+                    n.wake(&p);
+                }
+            }
+            Waiter::Thread(t) => t.unpark(),
         }
     }
 }
@@ -81,30 +93,31 @@ impl<R> Drop for Completion<R> {
 pub(crate) fn park_until<R: Send + 'static>(start: impl FnOnce(Completion<R>)) -> Option<R> {
     let slot: Slot<R> = Default::default();
     let me = crate::context::process();
-    let here = crate::context::worker().and_then(|w| {
+    let process = crate::context::worker().and_then(|w| {
         let p = w.node.table.get(me?.pid.serial())?;
-        Some((
+        Some(Waiter::Process(
             std::sync::Arc::downgrade(&p),
             std::sync::Arc::downgrade(&w.node),
         ))
     });
-    let (process, node) = here.clone().unwrap_or_default();
+    let parked = process.is_some();
+    let waiter = process.unwrap_or_else(|| Waiter::Thread(std::thread::current()));
     start(Completion {
-        parts: Some((slot.clone(), process, node)),
+        parts: Some((slot.clone(), waiter)),
     });
     loop {
         if let Some(r) = slot.lock().take() {
             return r;
         }
-        match (me, &here) {
-            (Some(me), Some(_)) => {
+        match me.filter(|_| parked) {
+            Some(me) => {
                 if me.has_signal.load(Ordering::Acquire) {
                     // SAFETY: `me` is the running process.
                     unsafe { me.drain() };
                 }
                 park_current(me);
             }
-            _ => std::thread::sleep(std::time::Duration::from_millis(1)),
+            None => std::thread::park(),
         }
     }
 }
