@@ -299,6 +299,7 @@ fn with_extra_lanes_every_lane_is_dialled_on_the_io_thread() {
     // Announced with its lanes: nothing is half up.
     assert_eq!(a.peer_named("lb").unwrap().id, info.id);
     let s = a.sender(info.id).unwrap();
+    assert_eq!(s.lanes(), 3, "every lane up before `done`");
     for i in 0..300u32 {
         s.send_keyed(u64::from(i % 3), 40, i.to_be_bytes().to_vec(), false)
             .unwrap();

@@ -9,7 +9,7 @@ use std::thread;
 use std::time::Duration;
 
 use common::*;
-use graft_net::{IoMode, NetError, RawClient};
+use graft_net::{IoMode, NetError, PeerSender, RawClient};
 
 /// Bytes that differ at every position (a lost or moved fragment shows).
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
@@ -327,6 +327,25 @@ fn truncated_and_stalled_messages_are_dropped() {
     a.shutdown();
 }
 
+/// Sends 32 KiB frames to a peer that does not read until the connection
+/// is busy: the socket buffers full, then the queue past its limit.
+fn fill_until_busy(s: &PeerSender) {
+    let chunk = vec![1u8; 32 << 10];
+    wait_until("busy", || {
+        s.send(60, &chunk).unwrap();
+        s.is_busy()
+    });
+}
+
+/// Registers a drain wake-up for a small frame (it must wait); the flag
+/// it sets when it runs.
+fn drain_waiter(s: &PeerSender) -> Arc<AtomicBool> {
+    let woken = Arc::new(AtomicBool::new(false));
+    let w = woken.clone();
+    assert!(s.on_drain(0, 10, Box::new(move || w.store(true, Ordering::Release))));
+    woken
+}
+
 /// A peer that does not read: the queue passes the busy limit, a drain
 /// waiter is registered, and it runs once the peer reads again; another
 /// waiter runs when the connection closes.
@@ -347,16 +366,9 @@ fn busy_limit_and_drain_wakeups() {
     let s = a.sender(peer.id).unwrap();
     assert!(!s.is_busy());
     assert!(!s.on_drain(0, 10, Box::new(|| panic!("not busy: never run"))));
-    // Fill the socket buffers and then the queue.
-    let chunk = vec![1u8; 32 << 10];
-    wait_until("busy", || {
-        s.send(60, &chunk).unwrap();
-        s.is_busy()
-    });
-    let woken = Arc::new(AtomicBool::new(false));
-    let w = woken.clone();
+    fill_until_busy(&s);
     assert!(s.busy_for(0, 10));
-    assert!(s.on_drain(0, 10, Box::new(move || w.store(true, Ordering::Release))));
+    let woken = drain_waiter(&s);
     assert!(!woken.load(Ordering::Acquire));
     // Read everything: the queue drains and the waiter runs.
     let reader = thread::spawn(move || {
@@ -369,14 +381,9 @@ fn busy_limit_and_drain_wakeups() {
     wait_until("drain waiter ran", || woken.load(Ordering::Acquire));
     let raw = reader.join().unwrap();
     // Busy again with nobody reading, then the connection closes: woken.
-    wait_until("busy again", || {
-        s.send(60, &chunk).unwrap();
-        s.is_busy()
-    });
-    let woken = Arc::new(AtomicBool::new(false));
-    let w = woken.clone();
+    fill_until_busy(&s);
     assert!(s.busy_for(0, 10));
-    assert!(s.on_drain(0, 10, Box::new(move || w.store(true, Ordering::Release))));
+    let woken = drain_waiter(&s);
     a.disconnect(peer.id);
     wait_until("close woke the waiter", || woken.load(Ordering::Acquire));
     assert!(!s.on_drain(0, 10, Box::new(|| {})));
@@ -403,14 +410,8 @@ fn a_batch_the_writer_holds_counts_as_queued() {
         let (mut raw, _) = RawClient::connect(a.local_addr(), &config("slow", "c")).unwrap();
         wait_until("a lists slow", || a.peers().len() == 1);
         let s = a.sender(a.peers()[0].id).unwrap();
-        let chunk = vec![1u8; 32 << 10];
-        wait_until("busy", || {
-            s.send(60, &chunk).unwrap();
-            s.is_busy()
-        });
-        let woken = Arc::new(AtomicBool::new(false));
-        let w = woken.clone();
-        assert!(s.on_drain(0, 10, Box::new(move || w.store(true, Ordering::Release))));
+        fill_until_busy(&s);
+        let woken = drain_waiter(&s);
         // Read a frame at a time while the queue says it is over the
         // limit; once it says it is not, the waiter must run with no
         // more reading.

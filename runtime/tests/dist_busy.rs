@@ -21,11 +21,6 @@ fn peer_main() {
     serve_if_peer();
 }
 
-fn node(cfg: NodeConfig) -> Node {
-    let _ = env_logger::builder().is_test(true).try_init();
-    Node::start(cfg.cookie("dist-child")).expect("node")
-}
-
 /// A process flooding a node that stopped reading (its OS process is
 /// stopped) is suspended with its queue at the busy limit: its memory stays
 /// bounded, a `BusyDist` event reaches a subscriber, and once the node

@@ -16,11 +16,6 @@ fn peer_main() {
     serve_if_peer();
 }
 
-fn node(cfg: NodeConfig) -> Node {
-    let _ = env_logger::builder().is_test(true).try_init();
-    Node::start(cfg.cookie("dist-child")).expect("node")
-}
-
 #[test]
 fn over_the_limit_fails_at_the_sender_and_is_counted() {
     let cfg = || NodeConfig::new("127.0.0.1:0").max_message_size(1 << 20);

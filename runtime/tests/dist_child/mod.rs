@@ -120,3 +120,9 @@ pub fn rss_bytes() -> u64 {
         .and_then(|kb| kb.parse::<u64>().ok())
         .map_or(0, |kb| kb * 1024)
 }
+
+/// A node of this OS process with the peer's cookie.
+pub fn node(cfg: NodeConfig) -> Node {
+    let _ = env_logger::builder().is_test(true).try_init();
+    Node::start(cfg.cookie("dist-child")).expect("node")
+}
